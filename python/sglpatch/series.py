@@ -1,0 +1,136 @@
+"""The patch series shipped as package data: `patches/series` + `manifest.json`.
+
+`series` lists the patch files in order (blank lines and `#` comments
+ignored). `manifest.json`, written by `sglpatch export`, records for every
+patch its sha256 and, for every file it touches (path relative to the
+`sglang/` package), the file's sha256 before and after that patch (null when
+the file does not exist). The manifest is what lets `status` tell pristine,
+patched and locally edited files apart without shipping sglang's sources.
+"""
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Dict, List, Optional
+
+from sglpatch.errors import SglpatchError
+
+PATCHES_DIR = Path(__file__).resolve().parent / "patches"
+SERIES_FILE = "series"
+MANIFEST_FILE = "manifest.json"
+# Paths inside the patches are upstream's layout; the tool works on the package.
+UPSTREAM_PREFIX = "python/sglang/"
+
+
+def sha256_bytes(data: Optional[bytes]) -> Optional[str]:
+    return None if data is None else hashlib.sha256(data).hexdigest()
+
+
+def sha256_file(path: Path) -> Optional[str]:
+    return sha256_bytes(path.read_bytes()) if path.is_file() else None
+
+
+@dataclass(frozen=True)
+class FileChange:
+    path: str  # relative to the sglang package directory
+    before: Optional[str]  # sha256, None = file absent
+    after: Optional[str]
+
+
+@dataclass
+class Patch:
+    name: str
+    path: Path
+    sha256: str
+    subject: str
+    changes: List[FileChange] = field(default_factory=list)
+
+    @property
+    def files(self) -> List[str]:
+        return [c.path for c in self.changes]
+
+
+@dataclass
+class Series:
+    base_version: str
+    patches: List[Patch]
+
+    def touched_files(self) -> List[str]:
+        seen: Dict[str, None] = {}
+        for patch in self.patches:
+            for rel in patch.files:
+                seen.setdefault(rel)
+        return list(seen)
+
+    def pristine_hashes(self) -> Dict[str, Optional[str]]:
+        """sha256 of each touched file before the first patch that touches it."""
+        first: Dict[str, Optional[str]] = {}
+        for patch in self.patches:
+            for change in patch.changes:
+                first.setdefault(change.path, change.before)
+        return first
+
+    def final_hashes(self) -> Dict[str, Optional[str]]:
+        last: Dict[str, Optional[str]] = {}
+        for patch in self.patches:
+            for change in patch.changes:
+                last[change.path] = change.after
+        return last
+
+
+def read_series_names(patches_dir: Path) -> List[str]:
+    series_file = patches_dir / SERIES_FILE
+    if not series_file.is_file():
+        raise SglpatchError(f"no series file at {series_file}")
+    names = []
+    for line in series_file.read_text(encoding="utf-8").splitlines():
+        line = line.split("#", 1)[0].strip()
+        if line:
+            names.append(line)
+    return names
+
+
+def load_series(patches_dir: Path = PATCHES_DIR) -> Series:
+    """Load and verify the series; any inconsistency is a clear error."""
+    names = read_series_names(patches_dir)
+    manifest_file = patches_dir / MANIFEST_FILE
+    if not manifest_file.is_file():
+        raise SglpatchError(f"no manifest at {manifest_file}; run `sglpatch export`")
+    try:
+        manifest = json.loads(manifest_file.read_text(encoding="utf-8"))
+    except ValueError as e:
+        raise SglpatchError(f"{manifest_file} is not valid JSON: {e}") from None
+    by_name = {entry["name"]: entry for entry in manifest.get("patches", [])}
+
+    patches = []
+    for name in names:
+        path = patches_dir / name
+        if not path.is_file():
+            raise SglpatchError(
+                f"series names {name}, but there is no such patch in {patches_dir}"
+            )
+        entry = by_name.get(name)
+        if entry is None:
+            raise SglpatchError(f"{name} is in the series but not in {MANIFEST_FILE}")
+        digest = sha256_file(path)
+        if digest != entry["sha256"]:
+            raise SglpatchError(
+                f"patch file {path} is corrupted or was edited by hand "
+                f"(sha256 {digest[:12]}, manifest says {entry['sha256'][:12]}); "
+                f"reinstall sglpatch, or re-export the series"
+            )
+        changes = [
+            FileChange(path=c["path"], before=c["before"], after=c["after"])
+            for c in entry["files"]
+        ]
+        patches.append(
+            Patch(
+                name=name,
+                path=path,
+                sha256=digest,
+                subject=entry.get("subject", ""),
+                changes=changes,
+            )
+        )
+    return Series(base_version=manifest["base_version"], patches=patches)

@@ -1,0 +1,55 @@
+"""worktree -> export reproduces the shipped series byte for byte."""
+
+import subprocess
+import sys
+
+from conftest import REPO
+
+from sglpatch.maintainer import BASE_TAG
+from sglpatch.series import MANIFEST_FILE, PATCHES_DIR, SERIES_FILE, read_series_names
+
+
+def run(*args, cwd=REPO):
+    result = subprocess.run([sys.executable, "-m", "sglpatch", *args],
+                            capture_output=True, text=True, cwd=cwd)
+    assert result.returncode == 0, result.stderr
+    return result
+
+
+def git(repo, *args):
+    return subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True,
+                          check=True).stdout
+
+
+def test_worktree_then_export_round_trip(tmp_path, wheel_path):
+    tree = tmp_path / "wt"
+    run("worktree", str(tree), "--wheel", str(wheel_path))
+
+    names = read_series_names(PATCHES_DIR)
+    log = git(tree, "log", "--format=%s", f"{BASE_TAG}..HEAD").splitlines()
+    assert len(log) == len(names)  # one commit per patch
+    assert log[-1].startswith("B: ")  # the first patch is the oldest commit
+    assert (tree / "python" / "sglang" / "_version.py").is_file()
+    assert git(tree, "status", "--porcelain") == ""
+
+    out = tmp_path / "exported"
+    run("export", str(tree), "--patches-dir", str(out))
+    for name in names:
+        assert (out / name).read_bytes() == (PATCHES_DIR / name).read_bytes(), name
+    assert (out / SERIES_FILE).read_text() == (PATCHES_DIR / SERIES_FILE).read_text()
+    assert (out / MANIFEST_FILE).read_text() == (PATCHES_DIR / MANIFEST_FILE).read_text()
+
+
+def test_export_sees_a_new_commit(tmp_path, wheel_path):
+    tree = tmp_path / "wt"
+    run("worktree", str(tree), "--wheel", str(wheel_path))
+    target = tree / "python" / "sglang" / "srt" / "server_args.py"
+    target.write_text(target.read_text() + "\n# sglpatch: a maintainer's edit\n")
+    git(tree, "commit", "-q", "-am", "Z: a maintainer's edit")
+
+    out = tmp_path / "exported"
+    run("export", str(tree), "--patches-dir", str(out))
+    names = read_series_names(out)
+    assert len(names) == len(read_series_names(PATCHES_DIR)) + 1
+    assert names[-1].endswith("-Z-a-maintainer-s-edit.patch")
+    assert "+# sglpatch: a maintainer's edit" in (out / names[-1]).read_text()
