@@ -95,6 +95,9 @@ def main(argv=None) -> int:
     except SglpatchError as e:
         print(f"sglpatch: error: {e}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # e.g. `sglpatch status | head`
+        sys.stderr.close()
+        return 0
     except KeyboardInterrupt:
         print("sglpatch: interrupted; nothing was left half-applied", file=sys.stderr)
         return 130

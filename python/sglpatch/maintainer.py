@@ -165,7 +165,7 @@ def export_series(
         raise SglpatchError(f"no commits after {BASE_TAG} in {repo}")
     manifest = {"base_version": SGLANG_BASE_VERSION, "patches": []}
     with tempfile.TemporaryDirectory(prefix="sglpatch-export-") as tmp:
-        _git(repo, "format-patch", "-q", "--zero-commit", "--no-signature",
+        _git(repo, "format-patch", "-q", "--no-numbered", "--zero-commit", "--no-signature",
              "--no-renames", "-o", tmp, f"{BASE_TAG}..HEAD")
         names = sorted(p.name for p in Path(tmp).glob("*.patch"))
         if len(names) != len(commits):
