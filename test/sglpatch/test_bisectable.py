@@ -1,0 +1,74 @@
+"""Every prefix of the series leaves sglang importable (a bisectable series).
+
+For k = 1..N: a full pristine sglang from the wheel, patches 1..k applied
+with the tool, then the modules the series touches are imported in a fresh
+interpreter (with sglang's own sgl_kernel stub, as the unit tests do).
+"""
+
+import shutil
+import subprocess
+import sys
+import zipfile
+
+import pytest
+
+from sglpatch import engine
+from sglpatch.series import PATCHES_DIR, SERIES_FILE, read_series_names
+
+MODULES = [
+    "sglang.srt.managers.scheduler",
+    "sglang.srt.managers.schedule_batch",
+    "sglang.srt.managers.overlap_utils",
+    "sglang.srt.managers.tp_worker",
+    "sglang.srt.model_executor.forward_batch_info",
+    "sglang.srt.model_executor.model_runner",
+    "sglang.srt.model_executor.cuda_graph_runner",
+    "sglang.srt.layers.attention.base_attn_backend",
+    "sglang.srt.layers.attention.triton_backend",
+    "sglang.srt.layers.attention.trtllm_mha_backend",
+    "sglang.srt.speculative.eagle_worker",
+    "sglang.srt.speculative.eagle_worker_v2",
+    "sglang.srt.speculative.multi_layer_eagle_worker_v2",
+    "sglang.srt.speculative.frozen_kv_mtp_worker",
+    "sglang.srt.speculative.dflash_worker",
+    "sglang.srt.batch_overlap.two_batch_overlap",
+]
+_IMPORT_ALL = (
+    "import importlib, sys\n"
+    "from sglang.test.test_utils import maybe_stub_sgl_kernel\n"
+    "maybe_stub_sgl_kernel()\n"
+    "for name in sys.argv[1:]:\n"
+    "    importlib.import_module(name)\n"
+    "import sglang; print(sglang.__file__)\n"
+)
+SERIES = read_series_names(PATCHES_DIR)
+
+
+@pytest.fixture(scope="module")
+def full_pristine(tmp_path_factory, wheel_path):
+    root = tmp_path_factory.mktemp("pristine")
+    with zipfile.ZipFile(wheel_path) as zf:
+        zf.extractall(root, [n for n in zf.namelist() if n.startswith("sglang/")])
+    return root
+
+
+@pytest.mark.parametrize("count", range(1, len(SERIES) + 1),
+                         ids=[name.split("-", 2)[1] for name in SERIES])
+def test_prefix_of_series_imports(tmp_path, full_pristine, count):
+    site = tmp_path / "site"
+    shutil.copytree(full_pristine, site)
+    patches = tmp_path / "patches"
+    shutil.copytree(PATCHES_DIR, patches)
+    (patches / SERIES_FILE).write_text("".join(f"{n}\n" for n in SERIES[:count]))
+
+    engine.apply(str(site / "sglang"), patches_dir=patches)
+    statuses = engine.status_report(str(site / "sglang"), patches_dir=patches)
+    assert [p["status"] for p in statuses["patches"]] == ["applied"] * count
+
+    result = subprocess.run(
+        [sys.executable, "-W", "ignore", "-c", _IMPORT_ALL, *MODULES],
+        capture_output=True, text=True, cwd=tmp_path,
+        env={"PYTHONPATH": str(site), "PATH": "/usr/bin:/bin"},
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.strip().endswith(str(site / "sglang" / "__init__.py"))
