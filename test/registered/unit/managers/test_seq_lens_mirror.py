@@ -320,6 +320,21 @@ class TestDebugSwitch(_MirrorCase):
         with self.assertRaisesRegex(AssertionError, "SGLANG_DEBUG_CHECK_SEQ_LENS"):
             check_seq_lens_mirror(batch)
 
+    def test_spec_v1_stale_sum_is_not_a_broken_mirror(self):
+        # Seen on an H200: non-overlap EAGLE (v1 workers) leaves seq_lens_sum
+        # stale between iterations and recomputes it inside its forward.
+        v1 = _batch([1], [10], overlap=False, spec=True)
+        v1.seq_lens_sum = 6
+        check_seq_lens_mirror(v1)
+        v1.seq_lens = v1.seq_lens + 1  # the lengths themselves still count
+        with self.assertRaisesRegex(AssertionError, "mirror broken"):
+            check_seq_lens_mirror(v1)
+        v2 = _batch([1], [10], overlap=True, spec=True)
+        self.assertTrue(v2.is_spec_v2)
+        v2.seq_lens_sum = 6
+        with self.assertRaisesRegex(AssertionError, "seq_lens_sum=6"):
+            check_seq_lens_mirror(v2)
+
     def test_silent_on_good_mirror_and_when_off(self):
         batch = _batch([1, 2], [5, 6], overlap=True, spec=False)
         check_seq_lens_mirror(batch)

@@ -363,6 +363,32 @@ class TestStalePlanDetector(CustomTestCase):
             with self.assertRaises(AssertionError):
                 runner.forward_extend(fb)
 
+    def test_workspaces_and_unwritten_kv_tail_are_not_compared(self):
+        # Seen on an H200 with triton: attn_logits (a float workspace) and
+        # the slack after kv_indptr[-1] in kv_indices are uninitialized, so
+        # two plans of the same batch differ there. They are not the plan.
+        import dataclasses
+
+        @dataclasses.dataclass
+        class Meta:
+            kv_indptr: torch.Tensor
+            kv_indices: torch.Tensor
+            attn_logits: torch.Tensor
+
+        def plan(tail, logits, first_index=0):
+            return Meta(
+                kv_indptr=torch.tensor([0, 2, 5]),
+                kv_indices=torch.tensor([first_index, 1, 2, 3, 4, tail, tail]),
+                attn_logits=torch.full((2, 4), logits),
+            )
+
+        diff = forward_batch_info._plan_diff
+        self.assertIsNone(diff(plan(-7, 0.5), plan(99, float("nan")), "m"))
+        self.assertIn("kv_indices", diff(plan(-7, 0.5), plan(-7, 0.5, 9), "m"))
+        shorter = plan(0, 0.5)
+        shorter.attn_logits = torch.zeros(1, 4)
+        self.assertIn("attn_logits", diff(plan(0, 0.5), shorter, "m"))
+
     def test_unrecorded_planner_is_not_checked(self):
         planner = _FakeBackend()
         fb = _make_batch()
