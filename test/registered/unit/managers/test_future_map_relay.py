@@ -224,6 +224,25 @@ class TestFutureMapRelay(CustomTestCase):
         self.assertEqual(d.bonus_tokens.tolist(), [41, 40])
         self.assertTrue(torch.equal(d.hidden_states, src.hidden_states[[1, 0]]))
 
+    def test_stash_casts_to_the_buffer_dtype(self):
+        # Seen on an H200: the prefill's draft input sized bonus_tokens_buf
+        # as int64, a verify's bonus_tokens were int32, and the index-put of
+        # the first overlap EAGLE3 decode raised (dtypes must match).
+        fm = _fm(spec=True)
+        first = _draft([3], 40)
+        first.bonus_tokens = first.bonus_tokens.to(torch.int64)
+        fm.stash(_idx(3), first)
+        self.assertEqual(fm.bonus_tokens_buf.dtype, torch.int64)
+        later = _draft([3, 5], 50)
+        self.assertEqual(later.bonus_tokens.dtype, torch.int32)
+        later.topk_p = later.topk_p.to(torch.float64)
+        fm.stash(_idx(3, 5), later)
+        batch = _spec_batch(_idx(5, 3), [0, 0])
+        fm.resolve_future(batch)
+        self.assertEqual(batch.spec_info.bonus_tokens.tolist(), [51, 50])
+        self.assertEqual(batch.spec_info.topk_p.dtype, fm.topk_p_buf.dtype)
+        self.assertTrue(torch.equal(batch.spec_info.topk_index, later.topk_index[[1, 0]]))
+
     def test_scheduler_helper_without_overlap_is_a_no_op(self):
         sched = object.__new__(Scheduler)
         sched.future_map = None
