@@ -1,0 +1,606 @@
+"""GPU evidence harness: greedy equivalence and decode latency, per variant.
+
+    python benchmark/e2e.py run [options]      # needs a GPU and sglang
+    python benchmark/e2e.py plot RESULTS.json [--png FILE]
+    python benchmark/e2e.py table RESULTS.json
+    python benchmark/e2e.py merge INTO.json FROM.json...
+
+`run` builds (or reuses) a synthetic target/EAGLE3 pair (benchmark/models),
+then for each variant x attention backend x overlap x setting launches
+`python -m sglang.launch_server` on 127.0.0.1, checks greedy equivalence of
+EAGLE3 against the same model without speculation, and measures
+`python -m sglang.bench_serving --dataset-name random-ids` at each
+concurrency, `--repeats` times (round robin over the concurrencies, so drift
+spreads over all points).  Results merge into
+<out-dir>/<yyyy-mm-dd>-<card>.json after every point, so a run stopped by a
+time limit still leaves what it measured.
+
+A variant is NAME or NAME=SITE: SITE is a directory put first on PYTHONPATH
+(an sglang installed with `pip install --target SITE`); without it the
+current environment's sglang is used.  `patched` applies the series first
+with `python -m sglpatch apply --sglang-dir SITE/sglang` (--no-apply: the
+site is already patched).  See benchmark/README.md.
+"""
+
+import argparse
+import datetime
+import hashlib
+import json
+import math
+import os
+import subprocess
+import sys
+import threading
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+
+import greedy  # noqa: E402
+import results  # noqa: E402
+from server import Server, free_port, http_json, server_command  # noqa: E402
+
+
+def csv(kind):
+    def parse(s):
+        return [kind(x) for x in s.split(",") if x]
+    return parse
+
+
+def onoff(s):
+    return {"on": True, "off": False, "default": True, "disabled": False}[s]
+
+
+def build_parser():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter,
+                                 epilog=__doc__[__doc__.index("A variant"):])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("run", help="launch servers, check, measure")
+    r.add_argument("--variant", action="append", default=None,
+                   help="base | patched | upstream-0.5.13, optionally =SITE "
+                   "(repeatable; default: base)")
+    r.add_argument("--no-apply", action="store_true",
+                   help="patched: do not run sglpatch apply")
+    r.add_argument("--preset", default="small",
+                   help="tiny | small | llama-8b-shape")
+    r.add_argument("--models-dir", default=None,
+                   help="where the model pair is built/reused "
+                   "(default: <work-dir>/models-<preset>)")
+    r.add_argument("--accept-steps", type=int, default=3,
+                   help="draft right for its first K tokens (3 = all)")
+    r.add_argument("--draft-accuracy", type=float, default=0.8,
+                   help="per-token chance a draft token is right "
+                   "(0.8 with K=3 gives accept length ~2.95)")
+    r.add_argument("--attention-backend", type=csv(str), default=["triton"],
+                   help="comma list: triton[,flashinfer]")
+    r.add_argument("--overlap", type=csv(onoff), default=[True],
+                   help="comma list of on/off (off = --disable-overlap-schedule)")
+    r.add_argument("--piecewise", type=csv(onoff), default=[True, False],
+                   help="comma list of default/disabled (--disable-piecewise-cuda-graph)")
+    r.add_argument("--speculative", type=csv(str), default=["none", "EAGLE3"],
+                   help="comma list of EAGLE3/none")
+    r.add_argument("--nospec-piecewise", choices=["first", "all"], default="first",
+                   help="no-spec servers only at the first --piecewise setting "
+                   "(default, saves a server start per call) or at all")
+    r.add_argument("--concurrency", type=csv(int), default=[1, 8, 32])
+    r.add_argument("--repeats", type=int, default=3)
+    r.add_argument("--min-seconds", type=float, default=10.0,
+                   help="size each bench point to last at least this long")
+    r.add_argument("--input-len", type=int, default=256)
+    r.add_argument("--output-len", type=int, default=256)
+    r.add_argument("--seed", type=int, default=1, help="bench_serving --seed")
+    r.add_argument("--greedy-prompts", type=int, default=64)
+    r.add_argument("--greedy-new-tokens", type=int, default=64)
+    r.add_argument("--spec-steps", type=int, default=3)
+    r.add_argument("--tp", type=int, default=1)
+    r.add_argument("--mem-fraction-static", type=float, default=None)
+    r.add_argument("--server-arg", action="append", default=[],
+                   help="extra launch_server argument (repeatable, e.g. "
+                   "--server-arg=--enable-metrics)")
+    r.add_argument("--no-bench", action="store_true", help="greedy check only")
+    r.add_argument("--bench-runner", choices=["worker", "process"], default="worker",
+                   help="worker: one process imports sglang.bench_serving once and runs "
+                   "it as `-m` per point (saves ~10 s a point); process: a new "
+                   "`python -m sglang.bench_serving` per point")
+    r.add_argument("--out-dir", default=os.path.join(HERE, "results"))
+    r.add_argument("--work-dir", default="/tmp/sglpatch-bench")
+    r.add_argument("--card", default=None, help="default: GPU name from nvidia-smi")
+    r.add_argument("--deadline-s", type=float, default=None,
+                   help="start no new server / point after this many seconds")
+    r.add_argument("--model-device", default="cuda",
+                   help="where the synthetic weights are generated")
+    w = sub.add_parser("sweep", help="measured accept length per --accept-steps / "
+                       "--draft-accuracy (EAGLE3 server, CUDA graphs off: faster start)")
+    w.add_argument("--points", type=csv(str), default=["0:1", "1:1", "2:1", "3:1", "3:0.9", "3:0.8"],
+                   help="comma list of K:P (accept steps : draft accuracy)")
+    w.add_argument("--variant", default="base")
+    w.add_argument("--preset", default="tiny")
+    w.add_argument("--attention-backend", default="triton")
+    w.add_argument("--greedy-prompts", type=int, default=64)
+    w.add_argument("--greedy-new-tokens", type=int, default=64)
+    w.add_argument("--spec-steps", type=int, default=3)
+    w.add_argument("--out-dir", default=os.path.join(HERE, "results"))
+    w.add_argument("--work-dir", default="/tmp/sglpatch-bench")
+    w.add_argument("--card", default=None)
+    w.add_argument("--deadline-s", type=float, default=None)
+    w.add_argument("--model-device", default="cuda")
+    p = sub.add_parser("plot", help="PNG of TPOT vs concurrency (several files: "
+                       "one plot of all their runs, e.g. two calls across midnight)")
+    p.add_argument("results_json", nargs="+")
+    p.add_argument("--png", default=None, help="default: (first) RESULTS with .png")
+    t = sub.add_parser("table", help="print the short table")
+    t.add_argument("results_json")
+    m = sub.add_parser("merge", help="merge results files of one day/card")
+    m.add_argument("into")
+    m.add_argument("sources", nargs="+")
+    return ap
+
+
+# ---------------------------------------------------------------------------
+def detect_card():
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=30).stdout
+        if out.strip():
+            return out.strip().splitlines()[0].strip()
+    except (OSError, subprocess.TimeoutExpired):
+        pass
+    return "unknown"
+
+
+def parse_variant(spec):
+    name, _, site = spec.partition("=")
+    if name not in results.VARIANTS:
+        raise SystemExit(f"unknown variant {name!r}: one of {results.VARIANTS}")
+    return name, (os.path.abspath(site) if site else None)
+
+
+def variant_env(site):
+    env = dict(os.environ)
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    if site:
+        env["PYTHONPATH"] = os.pathsep.join(
+            [site] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    return env
+
+
+def apply_series(site, env, log):
+    """Apply the series to SITE/sglang with the project's own tool."""
+    if not site:
+        raise SystemExit("patched needs =SITE (a pip --target install to patch)")
+    e = dict(env)
+    e["PYTHONPATH"] = os.pathsep.join([os.path.join(REPO, "python"), e.get("PYTHONPATH", "")])
+    cmd = [sys.executable, "-m", "sglpatch", "apply", "--sglang-dir",
+           os.path.join(site, "sglang")]
+    log(" ".join(cmd))
+    res = subprocess.run(cmd, env=e, capture_output=True, text=True)
+    log(res.stdout + res.stderr)
+    if res.returncode != 0:
+        raise RuntimeError(f"sglpatch apply failed ({res.returncode})")
+    st = subprocess.run(cmd[:3] + ["status", "--sglang-dir", cmd[-1]], env=e,
+                        capture_output=True, text=True)
+    return st.stdout.strip()
+
+
+def ensure_models(a, log):
+    d = a.models_dir or os.path.join(a.work_dir, f"models-{a.preset}")
+    want = {"preset": a.preset, "accept_steps": a.accept_steps,
+            "draft_accuracy": a.draft_accuracy, "spec_steps": a.spec_steps}
+    meta_path = os.path.join(d, "draft", "synthetic.json")
+    if os.path.exists(meta_path):
+        meta = json.load(open(meta_path))
+        if all(meta.get(k) == v for k, v in want.items()):
+            log(f"models: reusing {d}")
+            return d, meta
+    sys.path.insert(0, os.path.join(HERE, "models"))
+    import make_models
+
+    t0 = time.time()
+    meta = make_models.build(a.preset, d, a.accept_steps, a.draft_accuracy,
+                             device=a.model_device, spec_steps=a.spec_steps)
+    log(f"models: built {d} in {time.time() - t0:.1f}s: {json.dumps(meta)}")
+    return d, meta
+
+
+def load_fmap(models_dir):
+    try:
+        import torch
+
+        return torch.load(os.path.join(models_dir, "token_map.pt"))["f"].tolist()
+    except Exception:
+        return None
+
+
+# ---------------------------------------------------------------------------
+def probe_throughput(url, conc, input_len, output_len, vocab):
+    """Output tok/s at `conc` parallel requests (also warms that batch size)."""
+    prompts = greedy.make_prompts(conc, vocab, seed=123, min_len=input_len,
+                                  max_len=input_len)
+    errors = []
+
+    def one(p):
+        try:
+            http_json(url + "/generate", {"input_ids": p, "sampling_params": {
+                "temperature": 0.0, "max_new_tokens": output_len, "ignore_eos": True}})
+        except Exception as e:  # reported below; the bench itself will fail loudly
+            errors.append(e)
+
+    t0 = time.time()
+    threads = [threading.Thread(target=one, args=(p,)) for p in prompts]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    wall = time.time() - t0
+    if errors:
+        raise RuntimeError(f"probe failed: {errors[0]}")
+    return conc * output_len / wall
+
+
+class BenchRunner:
+    """Runs bench_serving points: in a persistent worker (default) or as one
+    `python -m sglang.bench_serving` process per point.
+
+    The worker (bench_worker.py) executes the module as `-m` does but pays
+    its ~10 s import once per variant instead of once per point.  If it
+    fails, this point and the rest fall back to a process per point.
+    """
+
+    def __init__(self, mode, log):
+        self.mode, self.log = mode, log
+        self.workers = {}  # PYTHONPATH -> Popen
+
+    def _worker(self, env):
+        key = env.get("PYTHONPATH", "")
+        w = self.workers.get(key)
+        if w is None or w.poll() is not None:
+            w = subprocess.Popen([sys.executable, os.path.join(HERE, "bench_worker.py")],
+                                 env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                 text=True, bufsize=1)
+            ready = w.stdout.readline()
+            if '"ready"' not in ready:
+                raise RuntimeError(f"bench worker did not start: {ready!r}")
+            self.workers[key] = w
+        return w
+
+    def run(self, argv, env, log_path):
+        if self.mode == "worker":
+            try:
+                w = self._worker(env)
+                w.stdin.write(json.dumps({"argv": argv, "log": log_path}) + "\n")
+                w.stdin.flush()
+                res = json.loads(w.stdout.readline())
+                if res["rc"] == 0:
+                    return 0
+                self.log(f"  bench worker: {res['error']}; process per point from now on")
+            except Exception as e:
+                self.log(f"  bench worker failed ({e}); process per point from now on")
+            self.mode = "process"
+        with open(log_path, "a") as fh:
+            return subprocess.run([sys.executable, "-m", "sglang.bench_serving"] + argv,
+                                  env=env, stdout=fh, stderr=subprocess.STDOUT).returncode
+
+    def close(self):
+        for w in self.workers.values():
+            if w.poll() is None:
+                w.stdin.close()
+                try:
+                    w.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    w.kill()
+        self.workers = {}
+
+
+def run_bench(runner, srv, env, a, target, conc, num_prompts, out_file):
+    argv = ["--backend", "sglang", "--host", "127.0.0.1", "--port", str(srv.port),
+            "--model", target, "--tokenizer", target,
+            "--dataset-name", "random-ids", "--tokenize-prompt",
+            "--random-input-len", str(a.input_len), "--random-output-len", str(a.output_len),
+            "--random-range-ratio", "1.0", "--num-prompts", str(num_prompts),
+            "--max-concurrency", str(conc), "--seed", str(a.seed),
+            "--output-file", out_file, "--disable-tqdm"]
+    srv.reset_spec_counters()  # accept length of this point only
+    t0 = time.time()
+    rc = runner.run(argv, env, out_file[:-6] + ".log")
+    if rc != 0:
+        raise RuntimeError(f"bench_serving failed ({rc}); log {out_file[:-6]}.log")
+    with open(out_file) as fh:
+        rec = json.loads(fh.read().strip().splitlines()[-1])
+    sample = {"tpot_ms": rec["median_tpot_ms"], "itl_ms": rec["median_itl_ms"],
+              "output_tok_per_s": rec["output_throughput"],
+              "accept_length": rec.get("accept_length"),
+              "duration_s": rec.get("duration"), "num_prompts": num_prompts,
+              "wall_s": round(time.time() - t0, 1)}
+    return sample, "python -m sglang.bench_serving " + " ".join(argv)
+
+
+# ---------------------------------------------------------------------------
+class Run:
+    """State of one `run`: collected samples and greedy outputs; writes."""
+
+    def __init__(self, a):
+        self.a = a
+        self.t0 = time.time()
+        self.card = a.card or detect_card()
+        self.date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
+        os.makedirs(a.out_dir, exist_ok=True)
+        os.makedirs(a.work_dir, exist_ok=True)
+        self.path = results.results_path(a.out_dir, self.date, self.card)
+        self.samples = {}  # run key -> [sample]
+        self.greedy_out = {}  # (variant, backend, overlap, spec, pw) -> ids
+        self.greedy_meta = {}
+        self.commands = []
+        self.server_starts = []
+        self.errors = []
+        self.fmap, self.prompts, self.model_meta = None, [], {}
+        self.runner = BenchRunner(a.bench_runner, self.log)
+        self.log_file = open(os.path.join(a.out_dir, "e2e-log.txt"), "a")
+
+    def log(self, msg):
+        line = f"[{time.time() - self.t0:7.1f}s] {msg}"
+        print(line, flush=True)
+        self.log_file.write(line + "\n")
+        self.log_file.flush()
+
+    def time_left(self):
+        if self.a.deadline_s is None:
+            return math.inf
+        return self.a.deadline_s - (time.time() - self.t0)
+
+    def greedy_entries(self):
+        out = []
+        for (var, be, ov, spec, pw), ids in self.greedy_out.items():
+            if spec != "EAGLE3":
+                continue
+            # the no-spec reference of the same build, backend and overlap
+            ref = next((v for (rv, rb, ro, rs, _), v in self.greedy_out.items()
+                        if (rv, rb, ro, rs) == (var, be, ov, "none")), None)
+            if ref is None:
+                continue
+            bad = greedy.compare(ids, ref)
+            entry = {"variant": var, "attention_backend": be, "overlap": ov,
+                     "prompts": len(ids), "mismatched_prompts": len(bad),
+                     "piecewise_cuda_graph": pw, "new_tokens": self.a.greedy_new_tokens,
+                     "mismatches": bad,
+                     "accept_length": self.greedy_meta.get((var, be, ov, spec, pw))}
+            if self.fmap:
+                entry["prompts_off_constructed_f"] = len(greedy.compare(
+                    ids, greedy.expected_chain(self.prompts, self.fmap,
+                                               self.a.greedy_new_tokens)))
+            out.append(entry)
+        return out
+
+    def greedy_runs(self):
+        """Per server: a digest of its greedy ids (equal digests = equal
+        outputs, also across variants) and the prompts off the constructed
+        chain; kept even when no no-spec reference was served."""
+        out = []
+        for (var, be, ov, spec, pw), ids in self.greedy_out.items():
+            r = {"variant": var, "attention_backend": be, "overlap": ov,
+                 "speculative": spec, "piecewise_cuda_graph": pw, "prompts": len(ids),
+                 "sha256": hashlib.sha256(json.dumps(ids).encode()).hexdigest()[:16],
+                 "accept_length": self.greedy_meta.get((var, be, ov, spec, pw))}
+            if self.fmap:
+                r["prompts_off_constructed_f"] = len(greedy.compare(
+                    ids, greedy.expected_chain(self.prompts, self.fmap,
+                                               self.a.greedy_new_tokens)))
+            out.append(r)
+        return out
+
+    def write(self):
+        runs = []
+        for key, samples in self.samples.items():
+            if not samples:
+                continue
+            r = dict(zip(results.RUN_KEY, key))
+            r.update(results.summarize_point(samples))
+            r["samples"] = samples
+            runs.append(r)
+        data = {"card": self.card, "date": self.date, "model_preset": self.a.preset,
+                "runs": runs, "greedy_equivalence": self.greedy_entries(),
+                "greedy_runs": self.greedy_runs(),
+                "model": self.model_meta, "commands": self.commands,
+                "server_starts": self.server_starts,
+                "bench": {"input_len": self.a.input_len, "output_len": self.a.output_len,
+                          "min_seconds": self.a.min_seconds, "seed": self.a.seed,
+                          "dataset": "random-ids", "runner": self.runner.mode}}
+        if self.errors:
+            data["errors"] = self.errors
+        return results.write_merged(self.path, data)
+
+
+def settings(a):
+    """(speculative, piecewise) pairs, the no-spec reference last."""
+    out = []
+    # EAGLE3 first: it is what the series changes; the no-spec server then
+    # still gets its greedy reference in before a --deadline-s cuts benches
+    for spec in sorted(a.speculative, key=lambda s: s == "none"):
+        pws = a.piecewise if (spec == "EAGLE3" or a.nospec_piecewise == "all") else a.piecewise[:1]
+        out += [(spec, pw) for pw in pws]
+    return out
+
+
+def cmd_run(a):
+    st = Run(a)
+    st.log(f"card {st.card}; results {st.path}")
+    st.commands.append("python benchmark/e2e.py " + " ".join(sys.argv[1:]))
+    models, st.model_meta = ensure_models(a, st.log)
+    target, draft = os.path.join(models, "target"), os.path.join(models, "draft")
+    vocab = st.model_meta["vocab"]
+    st.fmap = load_fmap(models)
+    st.prompts = greedy.make_prompts(a.greedy_prompts, vocab)
+    variants = [parse_variant(v) for v in (a.variant or ["base"])]
+    for var, site in variants:
+        env = variant_env(site)
+        if var == "patched" and not a.no_apply:
+            try:
+                st.log("sglpatch status:\n" + apply_series(site, env, st.log))
+            except Exception as e:
+                st.errors.append(f"{var}: {e}")
+                st.log(f"SKIP {var}: {e}")
+                continue
+        for be in a.attention_backend:
+            for ov in a.overlap:
+                for spec, pw in settings(a):
+                    if st.time_left() < (60 if spec == "none" else 90):
+                        st.log(f"deadline: skip {var} {be} ov={ov} {spec} pw={pw}")
+                        st.errors.append(f"not run (deadline): {var} {be} overlap={ov} {spec} pcg={pw}")
+                        continue
+                    try:
+                        one_server(st, a, var, env, be, ov, spec, pw, target, draft, vocab)
+                    except Exception as e:
+                        st.errors.append(f"{var} {be} overlap={ov} {spec} pcg={pw}: {e}"[:2000])
+                        st.log(f"ERROR {var} {be} ov={ov} {spec} pw={pw}: {e}")
+                    st.write()
+    st.runner.close()
+    data = st.write()
+    print(results.table(data))
+    try:
+        results.plot(data, st.path[:-5] + ".png")
+        st.log(f"plot: {st.path[:-5]}.png")
+    except Exception as e:  # no matplotlib on the device, or nothing to plot
+        st.log(f"no plot ({type(e).__name__}: {e}): run `python benchmark/e2e.py plot` elsewhere")
+    return 1 if st.errors else 0
+
+
+def one_server(st, a, var, env, be, ov, spec, pw, target, draft, vocab):
+    port = free_port()
+    cmd = server_command(sys.executable, target, draft, port, be, spec, ov, pw,
+                         tp=a.tp, spec_steps=a.spec_steps, draft_tokens=a.spec_steps + 1,
+                         mem_fraction=a.mem_fraction_static, extra=a.server_arg)
+    tag = f"{var}-{be}-ov{int(ov)}-{spec}-pcg{int(pw)}"
+    st.log(f"launch {tag}: {' '.join(cmd[1:])}")
+    log_path = os.path.join(a.work_dir, f"server-{tag}.log")
+    with Server(cmd, env, log_path) as srv:
+        st.server_starts.append({"setting": tag, "start_s": round(srv.start_s, 1)})
+        st.log(f"  ready in {srv.start_s:.0f}s")
+        srv.reset_spec_counters()
+        t0 = time.time()
+        ids, acc = greedy.generate(srv.url, st.prompts, a.greedy_new_tokens)
+        st.greedy_out[(var, be, ov, spec, pw)] = ids
+        st.greedy_meta[(var, be, ov, spec, pw)] = acc
+        st.log(f"  greedy {len(ids)}x{a.greedy_new_tokens} in {time.time() - t0:.1f}s"
+               f", accept length {acc}")
+        if a.no_bench:
+            return
+        nprompts = {}
+        for rep in range(a.repeats):
+            for c in a.concurrency:
+                if st.time_left() < 30:
+                    st.log(f"  deadline: stop at rep {rep} c={c}")
+                    return
+                if c not in nprompts:
+                    # twice: the first pass at a new batch size runs cold
+                    probe_throughput(srv.url, c, a.input_len, a.output_len, vocab)
+                    tps = probe_throughput(srv.url, c, a.input_len, a.output_len, vocab)
+                    # the probe runs slower than the bench: aim 30% high
+                    need = a.min_seconds * tps / a.output_len * 1.3
+                    nprompts[c] = max(2 * c, int(math.ceil(need / c)) * c)
+                    st.log(f"  c={c}: probe {tps:.0f} tok/s -> {nprompts[c]} prompts")
+                out = os.path.join(a.work_dir, f"bench-{tag}-c{c}-r{rep}.jsonl")
+                if os.path.exists(out):
+                    os.remove(out)
+                sample, bcmd = run_bench(st.runner, srv, env, a, target, c, nprompts[c], out)
+                if not any("bench_serving" in x for x in st.commands):
+                    st.commands.append(bcmd)  # one example; the others differ in port/prompts
+                dur = sample.get("duration_s") or 0
+                if 0 < dur and not a.min_seconds <= dur <= 1.25 * a.min_seconds:
+                    # the probe was off: size the next repeat from this one
+                    n = nprompts[c] * a.min_seconds / dur * 1.05
+                    nprompts[c] = max(2 * c, int(math.ceil(n / c)) * c)
+                key = (var, be, spec, ov, pw, c)
+                st.samples.setdefault(key, []).append(sample)
+                st.log(f"  rep {rep} c={c}: TPOT {sample['tpot_ms']:.3f} ms ITL "
+                       f"{sample['itl_ms']:.3f} ms {sample['output_tok_per_s']:.0f} tok/s "
+                       f"accept {sample['accept_length']} ({sample['duration_s']:.1f}s)")
+                st.write()
+
+
+def cmd_sweep(a):
+    """Accept length each draft setting really gives on a served model."""
+    t0 = time.time()
+    card = a.card or detect_card()
+    date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
+    path = results.results_path(a.out_dir, date, card)
+    var, site = parse_variant(a.variant)
+    env = variant_env(site)
+    rows = []
+    for point in a.points:
+        k, _, p = point.partition(":")
+        if a.deadline_s is not None and time.time() - t0 > a.deadline_s - 60:
+            print(f"deadline: skip sweep point {point}", flush=True)
+            continue
+        ns = argparse.Namespace(models_dir=os.path.join(a.work_dir, f"sweep-{a.preset}-{k}-{p}"),
+                                work_dir=a.work_dir, preset=a.preset, accept_steps=int(k),
+                                draft_accuracy=float(p or 1), spec_steps=a.spec_steps,
+                                model_device=a.model_device)
+        models, meta = ensure_models(ns, print)
+        target = os.path.join(models, "target")
+        cmd = server_command(sys.executable, target, os.path.join(models, "draft"),
+                             free_port(), a.attention_backend, "EAGLE3", True, False,
+                             spec_steps=a.spec_steps, draft_tokens=a.spec_steps + 1,
+                             extra=["--disable-cuda-graph"])
+        prompts = greedy.make_prompts(a.greedy_prompts, meta["vocab"])
+        row = {"variant": var, "preset": a.preset, "accept_steps": int(k),
+               "draft_accuracy": float(p or 1), "spec_steps": a.spec_steps,
+               "expected_accept_length": round(meta["expected_accept_length"], 4)}
+        try:
+            with Server(cmd, env, os.path.join(a.work_dir, f"server-sweep-{k}-{p}.log")) as srv:
+                ids, acc = greedy.generate(srv.url, prompts, a.greedy_new_tokens)
+            fmap = load_fmap(models)
+            row.update(measured_accept_length=round(acc, 4) if acc else None,
+                       prompts=len(ids), start_s=round(srv.start_s, 1))
+            if fmap:
+                row["prompts_off_constructed_f"] = len(greedy.compare(
+                    ids, greedy.expected_chain(prompts, fmap, a.greedy_new_tokens)))
+        except Exception as e:
+            row["error"] = str(e)[:1500]
+        print(json.dumps(row), flush=True)
+        rows.append(row)
+        results.write_merged(path, {"card": card, "date": date, "model_preset": a.preset,
+                                    "runs": [], "greedy_equivalence": [],
+                                    "accept_sweep": rows})
+    return 0 if rows and all("error" not in r for r in rows) else 1
+
+
+# ---------------------------------------------------------------------------
+def main(argv=None):
+    a = build_parser().parse_args(argv)
+    if a.cmd == "run":
+        return cmd_run(a)
+    if a.cmd == "sweep":
+        return cmd_sweep(a)
+    if a.cmd == "merge":
+        data = None
+        for src in ([a.into] if os.path.exists(a.into) else []) + a.sources:
+            with open(src) as fh:
+                data = results.merge(data, json.load(fh))
+        results.validate(data)
+        results.write_merged(a.into, data)
+        print(results.table(data))
+        return 0
+    if a.cmd == "table":
+        with open(a.results_json) as fh:
+            data = json.load(fh)
+        results.validate(data)
+        print(results.table(data))
+        return 0
+    datas = []
+    for path in a.results_json:
+        with open(path) as fh:
+            datas.append(json.load(fh))
+        results.validate(datas[-1])
+    data = dict(datas[0])
+    if len(datas) > 1:  # one picture of several files: label with all dates
+        data["date"] = " + ".join(sorted({d["date"] for d in datas}))
+        data["runs"] = [r for d in datas for r in d["runs"]]
+    png = a.png or os.path.splitext(a.results_json[0])[0] + ".png"
+    results.plot(data, png)
+    print(png)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

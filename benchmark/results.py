@@ -1,0 +1,197 @@
+"""Results file of the GPU evidence harness: schema, merge, table, plot.
+
+One file per day and card: benchmark/results/<yyyy-mm-dd>-<card>.json.
+A later run on the same day and card merges into it: a run (or greedy entry)
+with the same key replaces the old one, the others are kept, so a second
+device call (e.g. upstream 0.5.13 after base) adds to the first one's file.
+Only the standard library is imported here (matplotlib lazily for the plot).
+"""
+
+import json
+import os
+import re
+import statistics
+
+RUN_KEY = ("variant", "attention_backend", "speculative", "overlap",
+           "piecewise_cuda_graph", "concurrency")
+GREEDY_KEY = ("variant", "attention_backend", "overlap", "piecewise_cuda_graph")
+VARIANTS = ("base", "patched", "upstream-0.5.13")
+
+
+def card_slug(card):
+    """'NVIDIA H200' -> 'h200', 'NVIDIA H100 80GB HBM3' -> 'h100-80gb-hbm3'."""
+    s = re.sub(r"^nvidia\s+", "", card.strip(), flags=re.I).lower()
+    return re.sub(r"[^a-z0-9]+", "-", s).strip("-") or "unknown"
+
+
+def results_path(out_dir, date, card):
+    return os.path.join(out_dir, f"{date}-{card_slug(card)}.json")
+
+
+def summarize_point(samples):
+    """Median of the repeats and their spread (max - min), per metric.
+
+    samples: list of dicts with tpot_ms, itl_ms, output_tok_per_s,
+    accept_length (None without speculation).
+    """
+    tpots = [s["tpot_ms"] for s in samples]
+    acc = [s["accept_length"] for s in samples if s.get("accept_length") is not None]
+    return {
+        "tpot_ms_median": round(statistics.median(tpots), 4),
+        "itl_ms_median": round(statistics.median(s["itl_ms"] for s in samples), 4),
+        "output_tok_per_s": round(statistics.median(s["output_tok_per_s"] for s in samples), 2),
+        "accept_length": round(statistics.median(acc), 4) if acc else None,
+        "repeats": len(samples),
+        "tpot_ms_spread": round(max(tpots) - min(tpots), 4),
+    }
+
+
+def _key(entry, fields):
+    return tuple(entry.get(f) for f in fields)
+
+
+SWEEP_KEY = ("variant", "preset", "accept_steps", "draft_accuracy", "spec_steps")
+GREEDY_RUN_KEY = GREEDY_KEY + ("speculative",)
+KEYED = (("runs", RUN_KEY), ("greedy_equivalence", GREEDY_KEY),
+         ("greedy_runs", GREEDY_RUN_KEY), ("accept_sweep", SWEEP_KEY))
+
+
+def merge(old, new):
+    """Merge result dict `new` into `old` (same card and date expected).
+
+    Keyed lists (runs, greedy entries, accept sweep) merge by key, a new
+    entry replacing an old one; commands accumulate.  Top-level fields
+    (model_preset, model, ...) come from `new` only if it measured runs: an
+    accept sweep on the tiny model must not relabel the main runs.
+    """
+    if old is None:
+        return new
+    if (old.get("card"), old.get("date")) != (new.get("card"), new.get("date")):
+        raise ValueError("merge: card/date differ: %r vs %r" % (
+            (old.get("card"), old.get("date")), (new.get("card"), new.get("date"))))
+    out = dict(old)
+    lists = {f for f, _ in KEYED} | {"commands"}
+    if new.get("runs") or new.get("greedy_equivalence"):
+        out.update({k: v for k, v in new.items() if k not in lists})
+    for field, key in KEYED:
+        merged = {_key(e, key): e for e in old.get(field, [])}
+        for e in new.get(field, []):
+            merged[_key(e, key)] = e
+        if merged or field in ("runs", "greedy_equivalence"):
+            out[field] = list(merged.values())
+    commands = list(old.get("commands", []))
+    commands += [c for c in new.get("commands", []) if c not in commands]
+    if commands:
+        out["commands"] = commands
+    return out
+
+
+def write_merged(path, new):
+    old = None
+    if os.path.exists(path):
+        with open(path) as fh:
+            old = json.load(fh)
+    data = merge(old, new)
+    tmp = path + ".tmp"
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    with open(tmp, "w") as fh:
+        json.dump(data, fh, indent=1)
+        fh.write("\n")
+    os.replace(tmp, path)  # a reader (or a timeout) never sees half a file
+    return data
+
+
+def validate(data):
+    """Raise ValueError if `data` does not follow the results schema."""
+    def need(obj, key, types, where):
+        types = types if isinstance(types, tuple) else (types,)
+        v = obj.get(key)
+        # bool is an int in Python: only a bool field may hold one
+        if not isinstance(v, types) or (isinstance(v, bool) and bool not in types):
+            raise ValueError(f"{where}: {key!r} missing or not {types}")
+
+    for k in ("card", "date", "model_preset"):
+        need(data, k, str, "top")
+    for i, r in enumerate(data["runs"]):
+        w = f"runs[{i}]"
+        if r.get("variant") not in VARIANTS:
+            raise ValueError(f"{w}: variant {r.get('variant')!r}")
+        if r.get("speculative") not in ("EAGLE3", "none"):
+            raise ValueError(f"{w}: speculative {r.get('speculative')!r}")
+        need(r, "attention_backend", str, w)
+        need(r, "overlap", bool, w)
+        need(r, "piecewise_cuda_graph", bool, w)
+        need(r, "concurrency", int, w)
+        need(r, "repeats", int, w)
+        for k in ("tpot_ms_median", "itl_ms_median", "output_tok_per_s", "tpot_ms_spread"):
+            need(r, k, (int, float), w)
+        if r["accept_length"] is not None:
+            need(r, "accept_length", (int, float), w)
+    for i, g in enumerate(data["greedy_equivalence"]):
+        w = f"greedy_equivalence[{i}]"
+        need(g, "variant", str, w)
+        need(g, "attention_backend", str, w)
+        need(g, "overlap", bool, w)
+        need(g, "prompts", int, w)
+        need(g, "mismatched_prompts", int, w)
+
+
+def _setting(r):
+    pw = "pcg" if r["piecewise_cuda_graph"] else "no-pcg"
+    ov = "" if r["overlap"] else " no-overlap"
+    return f"{r['variant']} {r['speculative']} {r['attention_backend']} {pw}{ov}"
+
+
+def table(data):
+    """Short text table: one line per run, grouped by setting."""
+    lines = [f"card: {data['card']}  date: {data['date']}  model: {data['model_preset']}",
+             "| setting | c | TPOT ms (spread) | ITL ms | out tok/s | accept len | n |",
+             "|---|---|---|---|---|---|---|"]
+    for r in sorted(data["runs"], key=lambda r: (_setting(r), r["concurrency"])):
+        acc = "-" if r["accept_length"] is None else f"{r['accept_length']:.2f}"
+        lines.append(f"| {_setting(r)} | {r['concurrency']} | {r['tpot_ms_median']:.3f} "
+                     f"({r['tpot_ms_spread']:.3f}) | {r['itl_ms_median']:.3f} | "
+                     f"{r['output_tok_per_s']:.0f} | {acc} | {r['repeats']} |")
+    for g in data["greedy_equivalence"]:
+        pw = g.get("piecewise_cuda_graph")
+        pw = "" if pw is None else (" pcg" if pw else " no-pcg")
+        lines.append(f"greedy {g['variant']} {g['attention_backend']}{pw} overlap={g['overlap']}: "
+                     f"{g['mismatched_prompts']}/{g['prompts']} prompts differ")
+    for w in data.get("accept_sweep", []):
+        got = w.get("measured_accept_length")
+        got = "error" if got is None else f"{got:.2f}"
+        lines.append(f"accept sweep {w['variant']} {w['preset']} K={w['accept_steps']} "
+                     f"p={w['draft_accuracy']}: expected {w['expected_accept_length']:.2f}, "
+                     f"measured {got}")
+    return "\n".join(lines)
+
+
+def plot(data, png):
+    """TPOT vs concurrency, one line per variant/setting (needs matplotlib)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    lines = {}
+    for r in data["runs"]:
+        lines.setdefault(_setting(r), []).append(r)
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for name in sorted(lines):
+        pts = sorted(lines[name], key=lambda r: r["concurrency"])
+        xs = [r["concurrency"] for r in pts]
+        ys = [r["tpot_ms_median"] for r in pts]
+        err = [r["tpot_ms_spread"] / 2 for r in pts]
+        style = "-" if "EAGLE3" in name else "--"
+        ax.errorbar(xs, ys, yerr=err, fmt="o" + style, capsize=3, label=name)
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(sorted({r["concurrency"] for r in data["runs"]}))
+    ax.get_xaxis().set_major_formatter(matplotlib.ticker.ScalarFormatter())
+    ax.set_xlabel("concurrency")
+    ax.set_ylabel("median TPOT (ms), bar = spread of repeats")
+    ax.set_title(f"{data['card']} {data['date']} model={data['model_preset']}")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(png, dpi=120)
+    plt.close(fig)

@@ -1,0 +1,169 @@
+"""Start and stop one `python -m sglang.launch_server` on 127.0.0.1.
+
+The server runs in its own process session so that stopping it by its PID
+(SIGTERM to its process group, then SIGKILL) also ends the scheduler and
+detokenizer processes it spawned, and nothing else.  Standard library only.
+"""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+
+
+def free_port(start=30000):
+    for port in range(start, start + 200):
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+                return port
+            except OSError:
+                continue
+    raise RuntimeError("no free port")
+
+
+def http_json(url, payload=None, timeout=600):
+    data = None if payload is None else json.dumps(payload).encode()
+    req = urllib.request.Request(url, data=data,
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=timeout) as resp:
+        body = resp.read()
+    return json.loads(body) if body else None
+
+
+def server_command(python, target, draft, port, attention_backend, speculative,
+                   overlap, piecewise, tp=1, spec_steps=3, topk=1, draft_tokens=4,
+                   mem_fraction=None, extra=()):
+    cmd = [python, "-m", "sglang.launch_server", "--model-path", target,
+           "--host", "127.0.0.1", "--port", str(port), "--tp", str(tp),
+           "--attention-backend", attention_backend,
+           # offline kit: no xgrammar, and the pytorch sampler needs no JIT
+           "--sampling-backend", "pytorch", "--grammar-backend", "none",
+           "--dtype", "bfloat16", "--random-seed", "0",
+           # concurrency <= 32 in the benchmark: capture no larger graphs
+           "--cuda-graph-max-bs", "32", "--max-running-requests", "48"]
+    if speculative == "EAGLE3":
+        cmd += ["--speculative-algorithm", "EAGLE3",
+                "--speculative-draft-model-path", draft,
+                "--speculative-num-steps", str(spec_steps),
+                "--speculative-eagle-topk", str(topk),
+                "--speculative-num-draft-tokens", str(draft_tokens)]
+    if not overlap:
+        cmd.append("--disable-overlap-schedule")
+    if not piecewise:
+        cmd.append("--disable-piecewise-cuda-graph")
+    if mem_fraction:
+        cmd += ["--mem-fraction-static", str(mem_fraction)]
+    return cmd + list(extra)
+
+
+class Server:
+    """Context manager: launch, wait until it serves, stop by PID."""
+
+    def __init__(self, cmd, env, log_path, start_timeout=900):
+        self.cmd, self.env, self.log_path = cmd, env, log_path
+        self.start_timeout = start_timeout
+        self.port = int(cmd[cmd.index("--port") + 1])
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.proc = None
+        self.start_s = None
+
+    def __enter__(self):
+        t0 = time.time()
+        self.log = open(self.log_path, "w")
+        self.log.write(" ".join(self.cmd) + "\n")
+        self.log.flush()
+        self.proc = subprocess.Popen(self.cmd, env=self.env, stdout=self.log,
+                                     stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            self._wait_ready()
+        except BaseException:
+            self.stop()
+            raise
+        self.start_s = time.time() - t0
+        return self
+
+    def _wait_ready(self):
+        deadline = time.time() + self.start_timeout
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"server exited with {self.proc.returncode}; "
+                                   f"log: {self.log_path}\n{tail(self.log_path)}")
+            try:
+                # /health_generate runs one real decode: ready means serving
+                urllib.request.urlopen(self.url + "/health_generate", timeout=30).read()
+                return
+            except (urllib.error.URLError, ConnectionError, socket.timeout, OSError):
+                time.sleep(1)
+        raise TimeoutError(f"server not ready in {self.start_timeout}s; log: {self.log_path}")
+
+    def stop(self):
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        pgid = self.proc.pid  # start_new_session: the group id is our PID
+        for sig, wait in ((signal.SIGTERM, 30), (signal.SIGKILL, 30)):
+            try:
+                os.killpg(pgid, sig)
+            except ProcessLookupError:
+                break
+            try:
+                self.proc.wait(timeout=wait)
+                break
+            except subprocess.TimeoutExpired:
+                continue
+        # children may outlive the launcher for a moment; reap the group
+        for _ in range(20):
+            try:
+                os.killpg(pgid, 0)
+            except ProcessLookupError:
+                break
+            time.sleep(0.5)
+        else:
+            try:
+                os.killpg(pgid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+    def __exit__(self, *exc):
+        self.stop()
+        self.log.close()
+        return False
+
+    def info(self):
+        return http_json(self.url + "/server_info", timeout=60)
+
+    def reset_spec_counters(self):
+        """Zero the server's accept-length counters (best effort).
+
+        sglang 0.5.12/0.5.13 reset them on a successful set_internal_state;
+        the value set is the default, so nothing else changes.
+        """
+        try:
+            http_json(self.url + "/set_internal_state",
+                      {"server_args": {"speculative_accept_threshold_single": 1.0}},
+                      timeout=60)
+            return True
+        except Exception as e:  # older/newer servers: fall back to cumulative
+            print(f"  reset_spec_counters failed: {e}", file=sys.stderr)
+            return False
+
+    def accept_length(self):
+        try:
+            info = self.info()
+        except Exception:
+            return None
+        states = info.get("internal_states") or [{}]
+        return states[0].get("avg_spec_accept_length")
+
+
+def tail(path, n=40):
+    try:
+        with open(path, errors="replace") as fh:
+            return "".join(fh.readlines()[-n:])
+    except OSError:
+        return ""

@@ -1,0 +1,114 @@
+"""CPU tests of the harness's results file logic (schema, merge, table, CLI).
+
+Standard library only (matplotlib optional): runs in CPU-only CI.
+"""
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+BENCH = os.path.join(REPO, "benchmark")
+
+
+def _load(name):
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", os.path.join(BENCH, f"{name}.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+results = _load("results")
+
+
+def _run(variant="base", pw=True, c=1, tpot=1.0):
+    samples = [{"tpot_ms": tpot + d, "itl_ms": 0.9, "output_tok_per_s": 900.0,
+                "accept_length": 2.9} for d in (0.0, 0.1, -0.05)]
+    r = {"variant": variant, "attention_backend": "triton", "speculative": "EAGLE3",
+         "overlap": True, "piecewise_cuda_graph": pw, "concurrency": c}
+    r.update(results.summarize_point(samples))
+    return r
+
+
+def _data(runs, date="2026-11-25", greedy=()):
+    return {"card": "NVIDIA H200", "date": date, "model_preset": "small",
+            "runs": list(runs), "greedy_equivalence": list(greedy)}
+
+
+def test_summarize_median_and_spread():
+    r = _run(tpot=1.0)
+    assert r["tpot_ms_median"] == 1.0
+    assert r["tpot_ms_spread"] == pytest.approx(0.15)
+    assert r["repeats"] == 3 and r["accept_length"] == 2.9
+
+
+def test_summarize_without_speculation_has_null_accept_length():
+    s = results.summarize_point([{"tpot_ms": 1, "itl_ms": 1, "output_tok_per_s": 1,
+                                  "accept_length": None}])
+    assert s["accept_length"] is None
+
+
+def test_card_slug_and_path():
+    assert results.card_slug("NVIDIA H200") == "h200"
+    assert results.card_slug("NVIDIA H100 80GB HBM3") == "h100-80gb-hbm3"
+    assert results.results_path("d", "2026-11-25", "NVIDIA H200") == os.path.join("d", "2026-11-25-h200.json")
+
+
+def test_merge_replaces_same_key_and_keeps_others(tmp_path):
+    path = str(tmp_path / "r.json")
+    g = {"variant": "base", "attention_backend": "triton", "overlap": True,
+         "prompts": 64, "mismatched_prompts": 0, "piecewise_cuda_graph": True}
+    results.write_merged(path, _data([_run(c=1), _run(c=8)], greedy=[g]))
+    merged = results.write_merged(path, _data([_run(c=8, tpot=2.0), _run("upstream-0.5.13")]))
+    results.validate(merged)
+    by = {(r["variant"], r["concurrency"]): r for r in merged["runs"]}
+    assert len(by) == 3 and by[("base", 8)]["tpot_ms_median"] == 2.0
+    assert merged["greedy_equivalence"] == [g]
+
+
+def test_merge_refuses_other_day_or_card():
+    with pytest.raises(ValueError):
+        results.merge(_data([]), _data([], date="2026-11-26"))
+
+
+def test_sweep_only_merge_keeps_the_runs_preset():
+    sweep = {"card": "NVIDIA H200", "date": "2026-11-25", "model_preset": "tiny",
+             "runs": [], "greedy_equivalence": [],
+             "accept_sweep": [{"variant": "base", "preset": "tiny", "accept_steps": 1,
+                               "draft_accuracy": 1.0, "spec_steps": 3}]}
+    m = results.merge(_data([_run()]), sweep)
+    assert m["model_preset"] == "small" and len(m["accept_sweep"]) == 1
+
+
+@pytest.mark.parametrize("field,value", [("variant", "other"), ("concurrency", True),
+                                         ("overlap", 1), ("speculative", "EAGLE")])
+def test_validate_rejects_bad_runs(field, value):
+    r = _run()
+    r[field] = value
+    with pytest.raises(ValueError):
+        results.validate(_data([r]))
+
+
+def test_committed_results_follow_the_schema():
+    d = os.path.join(BENCH, "results")
+    files = [f for f in os.listdir(d) if f.endswith(".json")] if os.path.isdir(d) else []
+    for f in files:
+        with open(os.path.join(d, f)) as fh:
+            results.validate(json.load(fh))
+
+
+def test_cli_table_and_merge(tmp_path):
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    a.write_text(json.dumps(_data([_run(c=1)])))
+    b.write_text(json.dumps(_data([_run(c=32)])))
+    e2e = os.path.join(BENCH, "e2e.py")
+    out = subprocess.run([sys.executable, e2e, "merge", str(a), str(b)],
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert len(json.loads(a.read_text())["runs"]) == 2
+    out = subprocess.run([sys.executable, e2e, "table", str(a)], capture_output=True, text=True)
+    assert out.returncode == 0 and "| base EAGLE3 triton pcg | 32 |" in out.stdout
