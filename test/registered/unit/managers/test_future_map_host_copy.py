@@ -25,61 +25,26 @@ register_cpu_ci(est_time=5, suite="stage-a-test-cpu")
 maybe_stub_sgl_kernel()
 
 from sglang.srt.managers import schedule_batch  # noqa: E402
-from sglang.srt.managers.overlap_utils import FutureIndices, FutureMap  # noqa: E402
+from sglang.srt.managers.overlap_utils import FutureMap  # noqa: E402
 from sglang.srt.managers.schedule_batch import ScheduleBatch  # noqa: E402
 from sglang.srt.model_executor.forward_batch_info import ForwardMode  # noqa: E402
-from sglang.srt.speculative.eagle_info import EagleDraftInput  # noqa: E402
 from sglang.srt.speculative.spec_info import SpeculativeAlgorithm  # noqa: E402
 
-POOL = 8
+from schedule_batch_fakes import (  # noqa: E402
+    POOL,
+    fake_req_to_token_pool,
+    spec_v2_decode_batch,
+)
 
 
 def _pool():
-    return SimpleNamespace(req_to_token=torch.zeros((POOL + 1, 16), dtype=torch.int32))
-
-
-class _SamplingInfo:
-    def filter_batch(self, *a):
-        pass
-
-    def merge_batch(self, *a):
-        pass
-
-
-class _Req:
-    def __init__(self, slot):
-        self.req_pool_idx = slot
-        self.done = False
-        self.return_logprob = self.stream = False
-        self.grammar = None
-
-    def finished(self):
-        return self.done
+    return fake_req_to_token_pool(POOL, 16)
 
 
 def _batch(slots, lens, with_cpu_indices=True):
-    t = torch.tensor(lens, dtype=torch.int64)
-    batch = ScheduleBatch(
-        reqs=[_Req(s) for s in slots],
-        model_config=SimpleNamespace(is_encoder_decoder=False, vocab_size=32),
-        forward_mode=ForwardMode.DECODE,
-        enable_overlap=True,
-        spec_algorithm=SpeculativeAlgorithm.EAGLE,
-        device="cpu",
-        req_pool_indices=torch.tensor(slots, dtype=torch.int64),
-        req_pool_indices_cpu=(
-            torch.tensor(slots, dtype=torch.int64) if with_cpu_indices else None
-        ),
-        seq_lens=t.clone(),
-        seq_lens_cpu=t.clone(),
-        orig_seq_lens=t.clone().to(torch.int32),
-        seq_lens_sum=int(t.sum()),
-        output_ids=torch.zeros(len(slots), dtype=torch.int64),
-        sampling_info=_SamplingInfo(),
+    return spec_v2_decode_batch(
+        slots, lens, algo=SpeculativeAlgorithm.EAGLE, with_cpu_indices=with_cpu_indices
     )
-    batch.spec_info = EagleDraftInput()
-    batch.spec_info.future_indices = FutureIndices(batch.req_pool_indices)
-    return batch
 
 
 class _Log(list):

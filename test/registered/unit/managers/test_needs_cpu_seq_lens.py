@@ -33,11 +33,9 @@ from sglang.srt.layers.attention.triton_backend import (  # noqa: E402
 )
 from sglang.srt.managers import overlap_utils  # noqa: E402
 from sglang.srt.managers.overlap_utils import (  # noqa: E402
-    FutureIndices,
     FutureMap,
     decide_needs_cpu_seq_lens,
 )
-from sglang.srt.managers.schedule_batch import ScheduleBatch  # noqa: E402
 from sglang.srt.managers.scheduler import Scheduler  # noqa: E402
 from sglang.srt.model_executor.forward_batch_info import (  # noqa: E402
     CaptureHiddenMode,
@@ -47,14 +45,21 @@ from sglang.srt.model_executor.model_runner import ModelRunner  # noqa: E402
 from sglang.srt.model_executor.piecewise_cuda_graph_runner import (  # noqa: E402
     PiecewiseCudaGraphRunner,
 )
-from sglang.srt.speculative.eagle_info import EagleDraftInput  # noqa: E402
 from sglang.srt.speculative.eagle_worker_v2 import EAGLEWorkerV2  # noqa: E402
 from sglang.srt.speculative.multi_layer_eagle_worker_v2 import (  # noqa: E402
     MultiLayerEagleWorkerV2,
 )
 from sglang.srt.speculative.spec_info import SpeculativeAlgorithm  # noqa: E402
 
-POOL = 8
+from schedule_batch_fakes import (  # noqa: E402
+    POOL,
+    fake_req_to_token_pool,
+    spec_v2_decode_batch,
+)
+
+
+def _pool():
+    return fake_req_to_token_pool(POOL, 16)
 
 
 def _args(tbo=False, pcg=True, mixed=False):
@@ -82,50 +87,8 @@ class _NoFlag:
     """A backend object that predates the flag (not an AttentionBackend)."""
 
 
-def _pool():
-    return SimpleNamespace(req_to_token=torch.zeros((POOL + 1, 16), dtype=torch.int32))
-
-
-class _SamplingInfo:
-    def filter_batch(self, *a):
-        pass
-
-    def merge_batch(self, *a):
-        pass
-
-
-class _Req:
-    def __init__(self, slot):
-        self.req_pool_idx = slot
-        self.done = False
-        self.return_logprob = self.stream = False
-        self.grammar = None
-
-    def finished(self):
-        return self.done
-
-
 def _batch(slots, lens):
-    t = torch.tensor(lens, dtype=torch.int64)
-    batch = ScheduleBatch(
-        reqs=[_Req(s) for s in slots],
-        model_config=SimpleNamespace(is_encoder_decoder=False, vocab_size=32),
-        forward_mode=ForwardMode.DECODE,
-        enable_overlap=True,
-        spec_algorithm=SpeculativeAlgorithm.EAGLE3,
-        device="cpu",
-        req_pool_indices=torch.tensor(slots, dtype=torch.int64),
-        req_pool_indices_cpu=torch.tensor(slots, dtype=torch.int64),
-        seq_lens=t.clone(),
-        seq_lens_cpu=t.clone(),
-        orig_seq_lens=t.clone().to(torch.int32),
-        seq_lens_sum=int(t.sum()),
-        output_ids=torch.zeros(len(slots), dtype=torch.int64),
-        sampling_info=_SamplingInfo(),
-    )
-    batch.spec_info = EagleDraftInput()
-    batch.spec_info.future_indices = FutureIndices(batch.req_pool_indices)
-    return batch
+    return spec_v2_decode_batch(slots, lens, algo=SpeculativeAlgorithm.EAGLE3)
 
 
 class TestDecideNeedsCpuSeqLens(CustomTestCase):

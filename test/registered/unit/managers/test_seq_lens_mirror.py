@@ -9,7 +9,6 @@ Also: the spec v2 draft extend puts its +num_draft_tokens on the forward
 batch only, and SGLANG_DEBUG_CHECK_SEQ_LENS_MIRROR fires on a broken mirror.
 """
 
-import itertools
 import unittest
 from types import SimpleNamespace
 from unittest import mock
@@ -36,67 +35,12 @@ from sglang.srt.speculative import eagle_info_v2, spec_utils  # noqa: E402
 from sglang.srt.speculative.eagle_info import EagleDraftInput  # noqa: E402
 from sglang.srt.speculative.spec_info import SpeculativeAlgorithm  # noqa: E402
 
-POOL = 8
-
-
-class _Req:
-    def __init__(self, slot, seq_len):
-        self.req_pool_idx = slot
-        self.origin_input_ids = list(range(seq_len - 1))
-        self.output_ids = [1]
-        self.kv_committed_len = seq_len
-        self.kv_allocated_len = seq_len
-        self.decode_batch_idx = 0
-        self.done = False
-        self.return_logprob = self.stream = False
-        self.grammar = None
-
-    def finished(self):
-        return self.done
-
-    def set_extend_input_len(self, n):
-        self.extend_input_len = n
-
-
-class _Allocator:
-    page_size = 1
-
-    def __init__(self):
-        self.next = itertools.count(100)
-
-    def alloc(self, n):
-        return torch.tensor([next(self.next) for _ in range(n)], dtype=torch.int64)
-
-
-class _TreeCache:
-    page_size = 1
-
-    def __init__(self):
-        self.token_to_kv_pool_allocator = _Allocator()
-
-    def supports_swa(self):
-        return False
-
-    def evictable_size(self):
-        return 0
-
-
-class _SamplingInfo:
-    penalizer_orchestrator = SimpleNamespace(is_required=False)
-
-    def filter_batch(self, *a):
-        pass
-
-    def merge_batch(self, *a):
-        pass
-
-
-def _pool():
-    pool = SimpleNamespace(
-        size=POOL, req_to_token=torch.zeros((POOL + 1, 64), dtype=torch.int32)
-    )
-    pool.write = lambda idx, val: pool.req_to_token.__setitem__(idx, val)
-    return pool
+from schedule_batch_fakes import (  # noqa: E402
+    FakeReq as _Req,
+    FakeSamplingInfo as _SamplingInfo,
+    FakeTreeCache as _TreeCache,
+    fake_req_to_token_pool as _pool,
+)
 
 
 def _batch(slots, lens, *, overlap, spec, fm=None):
