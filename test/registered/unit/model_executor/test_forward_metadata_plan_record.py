@@ -356,12 +356,27 @@ class TestStalePlanDetector(CustomTestCase):
             carried = planner.forward_metadata
             _, meta_seen = runner.forward_decode(fb)
             self.assertIs(meta_seen, carried)
-            # Stale: fails loudly instead of running on the wrong metadata.
-            fb.seq_lens = fb.seq_lens + 1
-            with self.assertRaises(AssertionError):
-                runner.forward_decode(fb)
-            with self.assertRaises(AssertionError):
-                runner.forward_extend(fb)
+            # Stale at the plan's first forward: fails loudly instead of
+            # running on the wrong metadata (decode and extend alike).
+            for forward in (runner.forward_decode, runner.forward_extend):
+                stale = self._marked(planner)
+                stale.seq_lens = stale.seq_lens + 1
+                with self.assertRaises(AssertionError):
+                    forward(stale)
+
+    def test_each_plan_is_checked_at_its_first_forward_only(self):
+        # A multi-step draft advances the batch in place between its steps
+        # (positions += 1); re-planning at step k > 0 differs by design.
+        planner = _FakeBackend()
+        fb = self._marked(planner)
+        check_stale_attn_plan(fb)  # first forward: checked, identical
+        self.assertEqual(planner.calls, 2)
+        fb.seq_lens = fb.seq_lens + 1  # the loop moved the batch on
+        check_stale_attn_plan(fb)  # later step of the same plan: not re-planned
+        self.assertEqual(planner.calls, 2)
+        fb.mark_forward_metadata_ready(planner=planner)  # a new plan (stale)
+        with self.assertRaises(forward_batch_info.StaleAttentionPlanError):
+            check_stale_attn_plan(fb)
 
     def test_workspaces_and_unwritten_kv_tail_are_not_compared(self):
         # Seen on an H200 with triton: attn_logits (a float workspace) and
