@@ -349,6 +349,11 @@ class Run:
             return math.inf
         return self.a.deadline_s - (time.time() - self.t0)
 
+    def prompts_off_chain(self, ids):
+        """Prompts whose output leaves the token chain the weights encode."""
+        chain = greedy.expected_chain(self.prompts, self.fmap, self.a.greedy_new_tokens)
+        return len(greedy.compare(ids, chain))
+
     def greedy_entries(self):
         out = []
         for (var, be, ov, spec, pw), ids in self.greedy_out.items():
@@ -366,9 +371,7 @@ class Run:
                      "mismatches": bad,
                      "accept_length": self.greedy_meta.get((var, be, ov, spec, pw))}
             if self.fmap:
-                entry["prompts_off_constructed_f"] = len(greedy.compare(
-                    ids, greedy.expected_chain(self.prompts, self.fmap,
-                                               self.a.greedy_new_tokens)))
+                entry["prompts_off_constructed_f"] = self.prompts_off_chain(ids)
             out.append(entry)
         return out
 
@@ -383,9 +386,7 @@ class Run:
                  "sha256": hashlib.sha256(json.dumps(ids).encode()).hexdigest()[:16],
                  "accept_length": self.greedy_meta.get((var, be, ov, spec, pw))}
             if self.fmap:
-                r["prompts_off_constructed_f"] = len(greedy.compare(
-                    ids, greedy.expected_chain(self.prompts, self.fmap,
-                                               self.a.greedy_new_tokens)))
+                r["prompts_off_constructed_f"] = self.prompts_off_chain(ids)
             out.append(r)
         return out
 

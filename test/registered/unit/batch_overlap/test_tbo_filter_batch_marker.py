@@ -64,16 +64,20 @@ def _filter(parent: ForwardBatch, lo: int, hi: int) -> ForwardBatch:
 
 
 class TestTboFilterBatchMarker(CustomTestCase):
-    def test_unmarked_parent_passes_completeness_check(self):
-        child = _filter(_make_target_verify_batch(8), lo=0, hi=4)
-        self.assertEqual(child.batch_size, 4)
-        self.assertTrue(torch.equal(child.input_ids, torch.arange(4)))
+    def assertUnmarked(self, child):
+        """Every marker field at its default: the child must plan for itself."""
         self.assertFalse(child.forward_metadata_ready)
         self.assertIsNone(child.forward_metadata_planned_bs)
         self.assertIsNone(child.forward_metadata_planned_num_tokens)
         self.assertFalse(child.forward_metadata_replan_equivalent)
         self.assertIsNone(child.forward_metadata_planner)
         self.assertTrue(child.needs_forward_metadata_init())
+
+    def test_unmarked_parent_passes_completeness_check(self):
+        child = _filter(_make_target_verify_batch(8), lo=0, hi=4)
+        self.assertEqual(child.batch_size, 4)
+        self.assertTrue(torch.equal(child.input_ids, torch.arange(4)))
+        self.assertUnmarked(child)
 
     def test_marked_parent_gives_unmarked_children(self):
         planner = object()
@@ -82,12 +86,7 @@ class TestTboFilterBatchMarker(CustomTestCase):
         children = [_filter(parent, 0, 4), _filter(parent, 4, 8)]
         for child in children:
             self.assertEqual(child.batch_size, 4)
-            self.assertFalse(child.forward_metadata_ready)
-            self.assertIsNone(child.forward_metadata_planned_bs)
-            self.assertIsNone(child.forward_metadata_planned_num_tokens)
-            self.assertFalse(child.forward_metadata_replan_equivalent)
-            self.assertIsNone(child.forward_metadata_planner)
-            self.assertTrue(child.needs_forward_metadata_init())
+            self.assertUnmarked(child)
         self.assertTrue(torch.equal(children[1].seq_lens, parent.seq_lens[4:8]))
         # The parent keeps its own record.
         self.assertTrue(parent.forward_metadata_ready)
