@@ -18,6 +18,7 @@ from sglpatch.status import (
 )
 from sglpatch.target import (
     SglangPackage,
+    default_sglang_dir,
     open_sglang,
     require_version,
     unwritable_dirs,
@@ -120,13 +121,30 @@ def _require_writable(pkg: SglangPackage, files: List[str]) -> None:
         )
 
 
-def _check_result(new: Dict[str, Optional[bytes]], expected: Dict[str, Optional[str]]):
+def _files_of(patches) -> List[str]:
+    return list(dict.fromkeys(rel for p in patches for rel in p.files))
+
+
+def _staged(
+    s: Survey,
+    patches,
+    expected: Dict[str, Optional[str]],
+    reverse: bool = False,
+    progress: Progress = _quiet,
+) -> Dict[str, Optional[bytes]]:
+    """Apply (or reverse) `patches` in scratch; the results, checked against
+    the manifest's hashes. The package itself is not touched."""
+    order = list(reversed(patches)) if reverse else list(patches)
+    new = run_in_scratch(
+        s.pkg.root, _files_of(patches), order, reverse=reverse, progress=progress
+    )
     for rel, data in new.items():
         if sha256_bytes(data) != expected[rel]:
             raise SglpatchError(
                 f"the result for {rel} does not match the manifest; "
                 f"the series is inconsistent (re-export it)"
             )
+    return new
 
 
 def _state_bytes(pkg: SglangPackage, series: Series, before, after) -> bytes:
@@ -157,18 +175,16 @@ def apply(
             f"nothing changed",
             changed=s.recovered,
         )
-    files = list(dict.fromkeys(rel for p in todo for rel in p.files))
-    _require_writable(s.pkg, files + [STATE_FILE])
-    new = run_in_scratch(s.pkg.root, files, todo, progress=progress)
-    _check_result(new, series.final_hashes())
+    _require_writable(s.pkg, _files_of(todo) + [STATE_FILE])
+    new = _staged(s, todo, series.final_hashes(), progress=progress)
     names = ", ".join(p.name.split("-", 1)[0] for p in todo)
     if dry_run:
         return Outcome(
             f"dry run: patches {names} apply cleanly to {s.pkg.root} "
-            f"({len(files)} files); nothing changed",
+            f"({len(new)} files); nothing changed",
             changed=False,
         )
-    progress(f"writing {len(files)} files")
+    progress(f"writing {len(new)} files")
     contents = dict(new)
     contents[STATE_FILE] = _state_bytes(
         s.pkg,
@@ -197,18 +213,16 @@ def revert(
             replace_files(s.pkg.root, {STATE_FILE: None})
         return Outcome(f"no patch is applied to {s.pkg.root}; nothing to revert",
                        changed=state_present or s.recovered)
-    files = list(dict.fromkeys(rel for p in applied for rel in p.files))
-    _require_writable(s.pkg, files + [STATE_FILE])
-    new = run_in_scratch(
-        s.pkg.root, files, list(reversed(applied)), reverse=True, progress=progress
+    _require_writable(s.pkg, _files_of(applied) + [STATE_FILE])
+    new = _staged(
+        s, applied, s.series.pristine_hashes(), reverse=True, progress=progress
     )
-    _check_result(new, s.series.pristine_hashes())
-    progress(f"restoring {len(files)} files")
+    progress(f"restoring {len(new)} files")
     contents = dict(new)
     contents[STATE_FILE] = None
     replace_files(s.pkg.root, contents)
     return Outcome(
-        f"reverted {len(applied)} patches; {len(files)} files are byte-identical "
+        f"reverted {len(applied)} patches; {len(new)} files are byte-identical "
         f"to sglang {s.pkg.version}",
         changed=True,
     )
@@ -242,8 +256,6 @@ def check(sglang_dir: Optional[str] = None, patches_dir: Path = PATCHES_DIR) -> 
     series = load_series(patches_dir)
     if sglang_dir is None:
         try:
-            from sglpatch.target import default_sglang_dir
-
             sglang_dir = str(default_sglang_dir())
         except SglpatchError:
             return Outcome(
@@ -256,9 +268,7 @@ def check(sglang_dir: Optional[str] = None, patches_dir: Path = PATCHES_DIR) -> 
     if done == len(series.patches):
         return Outcome(f"series OK and fully applied to {s.pkg.root}", changed=False)
     todo = series.patches[done:]
-    files = list(dict.fromkeys(rel for p in todo for rel in p.files))
-    new = run_in_scratch(s.pkg.root, files, todo)
-    _check_result(new, series.final_hashes())
+    _staged(s, todo, series.final_hashes())
     return Outcome(
         f"series OK; {len(todo)} patches not yet applied to {s.pkg.root} apply cleanly",
         changed=False,
