@@ -11,6 +11,20 @@ docs/patches/0005-*.md) and writes, per process, `<pid>.json` with
     host_pulls         of those, how many copied seq_lens to the host
     cpu_mirror_none    of those, how many left seq_lens_cpu = None (no copy)
 
+With SGLPATCH_SYNC_TRACE=1 as well, it also finds every host synchronization
+of the scheduler process in steady decode: after SGLPATCH_SYNC_SKIP (20)
+decode forwards it turns on torch's CUDA sync debug mode ("warn") for the
+next SGLPATCH_SYNC_STEPS (100) forwards and writes `<pid>-sync.json`:
+
+    forwards, decode_forwards   what the window covered
+    syncs                       [{"count": n, "where": innermost sglang frames}]
+    syncs_per_forward           all counted syncs / forwards
+
+The sync debug mode flags blocking copies, `.item()`, `.tolist()`, stream
+synchronizes; an event `synchronize()` (the scheduler's wait for the last
+result) is not flagged. Tracing costs a stack walk per sync: never measure
+latency with it on.
+
 Without SGLPATCH_PROBE_DIR it does nothing. Benchmark runs do not install it.
 """
 
@@ -20,8 +34,12 @@ import importlib.machinery
 import json
 import os
 import sys
+import traceback
+import warnings
 
 _TARGET = "sglang.srt.managers.overlap_utils"
+_SCHEDULER = "sglang.srt.managers.scheduler"
+_SYNC_MESSAGE = "called a synchronizing CUDA operation"
 _DIR = os.environ.get("SGLPATCH_PROBE_DIR")
 _counts = {"relayed_resolves": 0, "host_pulls": 0, "cpu_mirror_none": 0}
 
@@ -35,6 +53,8 @@ def _dump():
 
 def _instrument(module):
     future_map = module.FutureMap
+    if not hasattr(future_map, "_pull_seq_lens_cpu"):
+        return  # unpatched sglang: no relay to count
     resolve, pull = future_map.resolve_seq_lens_cpu, future_map._pull_seq_lens_cpu
 
     def resolve_seq_lens_cpu(self, batch):
@@ -56,9 +76,96 @@ def _instrument(module):
     atexit.register(_dump)
 
 
+class _SyncTrace:
+    """Counts host syncs by call site over a window of scheduler forwards."""
+
+    def __init__(self, skip, steps):
+        self.skip, self.steps = skip, steps
+        self.forwards = self.decode_forwards = self.seen_decode = 0
+        self.sites = {}
+        self.on = self.done = False
+        self._show = None
+
+    def before_forward(self, batch):
+        if self.done:
+            return
+        decode = batch.forward_mode.is_decode()
+        self.seen_decode += decode
+        if not self.on and self.seen_decode > self.skip:
+            self._start()
+        if self.on and self.forwards == self.steps:
+            self._stop()  # this forward is after the window
+            return
+        if self.on:
+            self.forwards += 1
+            self.decode_forwards += decode
+
+    def _start(self):
+        import torch
+
+        self.on = True
+        warnings.filterwarnings("always", message=_SYNC_MESSAGE)
+        self._show = warnings.showwarning
+        warnings.showwarning = self._record
+        torch.cuda.set_sync_debug_mode("warn")
+
+    def _stop(self):
+        import torch
+
+        torch.cuda.set_sync_debug_mode("default")
+        warnings.showwarning = self._show
+        self.on, self.done = False, True
+        self.dump()
+
+    def _record(self, message, category, filename, lineno, file=None, line=None):
+        if _SYNC_MESSAGE not in str(message):
+            return self._show(message, category, filename, lineno, file, line)
+        frames = [
+            f"{f.filename.split('/sglang/', 1)[1]}:{f.lineno} {f.name}"
+            for f in traceback.extract_stack()
+            if "/sglang/" in f.filename
+        ]
+        where = " < ".join(reversed(frames[-4:])) or f"{filename}:{lineno}"
+        self.sites[where] = self.sites.get(where, 0) + 1
+
+    def dump(self):
+        total = sum(self.sites.values())
+        report = {
+            "pid": os.getpid(),
+            "forwards": self.forwards,
+            "decode_forwards": self.decode_forwards,
+            "syncs_per_forward": round(total / self.forwards, 3) if self.forwards else None,
+            "syncs": [
+                {"count": n, "where": w}
+                for w, n in sorted(self.sites.items(), key=lambda kv: -kv[1])
+            ],
+        }
+        with open(os.path.join(_DIR, f"{os.getpid()}-sync.json"), "w") as f:
+            json.dump(report, f, indent=1)
+
+
+def _instrument_scheduler(module):
+    trace = _SyncTrace(
+        int(os.environ.get("SGLPATCH_SYNC_SKIP", "20")),
+        int(os.environ.get("SGLPATCH_SYNC_STEPS", "100")),
+    )
+    run_batch = module.Scheduler.run_batch
+
+    def traced_run_batch(self, batch, *args, **kwargs):
+        trace.before_forward(batch)
+        return run_batch(self, batch, *args, **kwargs)
+
+    module.Scheduler.run_batch = traced_run_batch
+    atexit.register(lambda: trace.on and trace.dump())
+
+
+_HOOKS = {_TARGET: _instrument}
+
+
 class _AfterImport(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path, target=None):
-        if name != _TARGET:
+        hook = _HOOKS.get(name)
+        if hook is None:
             return None
         spec = importlib.machinery.PathFinder.find_spec(name, path)
         if spec is None or spec.loader is None:
@@ -67,7 +174,7 @@ class _AfterImport(importlib.abc.MetaPathFinder):
 
         def exec_then_instrument(module):
             exec_module(module)
-            _instrument(module)
+            hook(module)
 
         spec.loader.exec_module = exec_then_instrument
         return spec
@@ -75,4 +182,6 @@ class _AfterImport(importlib.abc.MetaPathFinder):
 
 if _DIR:
     os.makedirs(_DIR, exist_ok=True)
+    if os.environ.get("SGLPATCH_SYNC_TRACE") == "1":
+        _HOOKS[_SCHEDULER] = _instrument_scheduler
     sys.meta_path.insert(0, _AfterImport())

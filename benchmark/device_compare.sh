@@ -1,0 +1,98 @@
+#!/bin/bash
+# One device call that compares builds on one machine.
+#   - installs the kit once per machine (a warm machine keeps /tmp between
+#     calls): .kit -> base at /tmp/sb and, with the series applied by
+#     sglpatch, patched at /tmp/sp; .kit13 -> upstream-0.5.13 at /tmp/su
+#   - SYNC_TRACE=1: first runs a short patched (or upstream) EAGLE3 server
+#     with benchmark/probes/sitecustomize.py, which lists every host sync of
+#     the scheduler over 100 steady decode forwards (TRACE_ARGS: extra e2e
+#     options for that server, e.g. "--piecewise disabled")
+#   - then `benchmark/e2e.py run` with the variants and options given
+#   - a variant patched-through-NNNN (e.g. patched-through-0002: B and A
+#     only) is a site with the series' first patches applied by `git apply`;
+#     it runs first, as its own e2e run (variant name "patched",
+#     so its numbers never mix with the full series) -> through-NNNN.tgz
+# usage: OUT=dir [SYNC_TRACE=1] benchmark/device_compare.sh KIT BUDGET_S VARIANTS [e2e run options]
+#   e.g. benchmark/device_compare.sh .kit 560 base,patched --piecewise default \
+#          --concurrency 1,8,32 --repeats 3 --min-seconds 8
+# Returns under $OUT: the results JSON (+ PNG if matplotlib is there),
+# compare.log, env.txt, probe.tgz (SYNC_TRACE) and server-logs.tgz.
+KIT=$1 BUDGET=$2 VARIANTS=$3
+shift 3
+OUT=${OUT:-$PWD/device-out}
+WORK=/tmp/sglpatch-bench
+mkdir -p "$OUT" "$WORK"
+export PYTHONUNBUFFERED=1
+t0=$(date +%s)
+left() { echo $(( BUDGET - ($(date +%s) - t0) )); }
+log() { echo "[$(( $(date +%s) - t0 ))s] $*" | tee -a "$OUT/compare.log"; }
+
+install() {  # install SITE: the kit into SITE, once per machine
+  [ -f "$1/.kit-installed" ] && { log "reuse $1"; return 0; }
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
+    --upgrade --target "$1" "$KIT"/w/*.whl || return 1
+  touch "$1/.kit-installed"; log "installed $KIT into $1"
+}
+
+{ date -u; nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv; } > "$OUT/env.txt" 2>&1
+args=() partial=()
+for v in ${VARIANTS//,/ }; do
+  case $v in
+    base) install /tmp/sb || exit 3; args+=(--variant base=/tmp/sb) ;;
+    patched)
+      install /tmp/sb || exit 3
+      if [ ! -f /tmp/sp/.kit-installed ]; then
+        rm -rf /tmp/sp && cp -a /tmp/sb /tmp/sp || exit 3
+        PYTHONPATH=python python3 -m sglpatch apply --sglang-dir /tmp/sp/sglang >> "$OUT/compare.log" 2>&1 || exit 4
+      fi
+      args+=(--variant patched=/tmp/sp --no-apply) ;;
+    upstream-0.5.13) install /tmp/su || exit 3; args+=(--variant upstream-0.5.13=/tmp/su) ;;
+    patched-through-*)
+      n=${v#patched-through-} site=/tmp/sp-${v#patched-through-}
+      install /tmp/sb || exit 3
+      if [ ! -f "$site/.kit-installed" ]; then
+        rm -rf "$site" && cp -a /tmp/sb "$site" || exit 3
+        todo=$(ls "$PWD"/python/sglpatch/patches/[0-9][0-9][0-9][0-9]-*.patch | awk -F/ -v n="$n" '$NF <= n "~"')
+        # -p2: the patches are rooted at python/sglang/, the site holds sglang/
+        (cd "$site" && git apply -p2 $todo) || exit 4
+        log "$site: applied $(echo $todo | wc -w) patches through $n"
+      fi
+      partial+=("$n") ;;
+    *) echo "unknown variant $v" >&2; exit 2 ;;
+  esac
+done
+SITE0=$(ls -d /tmp/sb /tmp/su 2>/dev/null | head -1)
+export PYTHONPATH=$SITE0  # the harness itself needs the kit's tokenizers
+
+if [ "$SYNC_TRACE" = 1 ]; then
+  # The probe goes into a copy of the site, so the measured servers never load it.
+  src=/tmp/sp name=patched
+  [ -d /tmp/sp ] || { src=/tmp/su name=upstream-0.5.13; }
+  rm -rf /tmp/probe-site /tmp/probe && cp -a "$src" /tmp/probe-site
+  cp benchmark/probes/sitecustomize.py /tmp/probe-site/
+  log "sync trace: $name"
+  SGLPATCH_PROBE_DIR=/tmp/probe SGLPATCH_SYNC_TRACE=1 SGLPATCH_SYNC_SKIP=20 SGLPATCH_SYNC_STEPS=100 \
+    timeout $(( $(left) - 20 )) python3 benchmark/e2e.py run --variant "$name=/tmp/probe-site" --no-apply \
+      --speculative EAGLE3 --concurrency 1 --repeats 1 --min-seconds 3 --greedy-prompts 8 \
+      --work-dir "$WORK" --out-dir /tmp/probe/results --deadline-s 200 $TRACE_ARGS >> "$OUT/compare.log" 2>&1
+  tar czf "$OUT/probe.tgz" -C /tmp probe
+  for f in /tmp/probe/*-sync.json; do [ -f "$f" ] && { log "$f"; cat "$f" | tee -a "$OUT/compare.log"; }; done
+fi
+
+rc=0
+e2e() {  # e2e OUT_DIR VARIANT_ARGS... -- e2e options
+  local dir=$1; shift
+  log "e2e -> $dir: $*"
+  python3 benchmark/e2e.py run "$@" --work-dir "$WORK" --out-dir "$dir" \
+    --deadline-s $(( $(left) - 25 )) 2>&1 | tee -a "$OUT/compare.log" \
+    | grep -E "rep |ready|ERROR|deadline|greedy"
+  [ "${PIPESTATUS[0]}" = 0 ] || rc=1
+}
+for n in "${partial[@]}"; do
+  e2e "/tmp/through-$n" --variant "patched=/tmp/sp-$n" --no-apply "$@"
+  tar czf "$OUT/through-$n.tgz" -C /tmp "through-$n"
+done
+[ ${#args[@]} -gt 0 ] && e2e "$OUT" "${args[@]}" "$@"
+(cd "$WORK" && tar czf "$OUT/server-logs.tgz" ./*.log)
+log "done rc=$rc"
+exit $rc
