@@ -112,3 +112,13 @@ def test_cli_table_and_merge(tmp_path):
     assert len(json.loads(a.read_text())["runs"]) == 2
     out = subprocess.run([sys.executable, e2e, "table", str(a)], capture_output=True, text=True)
     assert out.returncode == 0 and "| base EAGLE3 triton pcg | 32 |" in out.stdout
+
+
+@pytest.mark.parametrize(
+    "name", sorted(f for f in os.listdir(os.path.join(BENCH, "results")) if f.endswith(".json"))
+)
+def test_committed_results_follow_the_schema(name):
+    with open(os.path.join(BENCH, "results", name)) as f:
+        data = json.load(f)
+    results.validate(data)  # raises ValueError on a schema break
+    assert data["card"].startswith("NVIDIA "), "the card must be named"

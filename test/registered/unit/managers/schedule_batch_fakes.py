@@ -4,6 +4,7 @@ CPU tensors stand in for device ones. Imported as a sibling module, so the
 test files still run both under pytest and as `python test_x.py`.
 """
 
+import contextlib
 import itertools
 from types import SimpleNamespace
 
@@ -104,3 +105,27 @@ def spec_v2_decode_batch(slots, lens, *, algo, with_cpu_indices=True):
     batch.spec_info = EagleDraftInput()
     batch.spec_info.future_indices = FutureIndices(batch.req_pool_indices)
     return batch
+
+
+def run_batch_scheduler(model_worker, future_map=None, overlap=False):
+    """A Scheduler holding only what `run_batch` reads (CPU, no streams:
+    the forward-stream context is a no-op and events are None)."""
+    from sglang.srt.managers.scheduler import Scheduler
+
+    sched = object.__new__(Scheduler)
+    sched.model_worker = model_worker
+    sched.future_map = future_map
+    sched.enable_overlap = overlap
+    sched.forward_ct = 0
+    sched.is_generation = True
+    sched.enable_pdmux = False
+    sched.forward_sleep_time = None
+    sched._profile_batch_predicate = lambda batch: None
+    sched.server_args = SimpleNamespace(enable_dp_attention=False)
+    sched.forward_stream_ctx = contextlib.nullcontext()
+    sched.forward_stream = SimpleNamespace(wait_stream=lambda stream: None)
+    sched.schedule_stream = None
+    sched.device_module = SimpleNamespace(Event=lambda: None)
+    sched.batch_record_buf = [None] * 2
+    sched.batch_record_ct = 0
+    return sched

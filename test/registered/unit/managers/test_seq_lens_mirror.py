@@ -40,6 +40,7 @@ from schedule_batch_fakes import (  # noqa: E402
     FakeSamplingInfo as _SamplingInfo,
     FakeTreeCache as _TreeCache,
     fake_req_to_token_pool as _pool,
+    run_batch_scheduler,
 )
 
 
@@ -290,17 +291,7 @@ class TestDebugSwitch(_MirrorCase):
             check_seq_lens_mirror(broken)
 
     def test_run_batch_checks_at_forward_entry(self):
-        from sglang.srt.managers.scheduler import Scheduler
-
-        sched = object.__new__(Scheduler)
-        sched.future_map = None
-        sched.forward_ct = 0
-        sched.is_generation = True
-        sched.enable_overlap = False
-        sched.enable_pdmux = False
-        sched.forward_sleep_time = None
-        sched._profile_batch_predicate = lambda b: None
-        sched.model_worker = mock.Mock()
+        sched = run_batch_scheduler(mock.Mock())
         batch = _batch([1], [5], overlap=False, spec=False)
         batch.seq_lens = batch.seq_lens + 1
         with self.assertRaisesRegex(AssertionError, "mirror broken"):

@@ -27,7 +27,6 @@ maybe_stub_sgl_kernel()
 
 from sglang.srt.managers import overlap_utils  # noqa: E402
 from sglang.srt.managers.overlap_utils import FutureMap  # noqa: E402
-from sglang.srt.managers.scheduler import Scheduler  # noqa: E402
 from sglang.srt.mem_cache import common as mem_common  # noqa: E402
 from sglang.srt.model_executor.forward_batch_info import ForwardMode  # noqa: E402
 from sglang.srt.speculative import (  # noqa: E402
@@ -42,6 +41,7 @@ from sglang.srt.speculative.spec_info import SpeculativeAlgorithm  # noqa: E402
 from schedule_batch_fakes import (  # noqa: E402
     FakeTreeCache,
     fake_req_to_token_pool,
+    run_batch_scheduler,
     spec_v2_decode_batch,
 )
 
@@ -169,26 +169,6 @@ class _WorkerWithoutHook(_DecodeWorker):
         return super().forward_batch_generation(batch)
 
 
-def _overlap_scheduler(fm, worker):
-    sched = object.__new__(Scheduler)
-    sched.future_map = fm
-    sched.forward_ct = 0
-    sched.is_generation = True
-    sched.enable_overlap = True
-    sched.enable_pdmux = False
-    sched.forward_sleep_time = None
-    sched._profile_batch_predicate = lambda b: None
-    sched.forward_stream_ctx = contextlib.nullcontext()
-    sched.forward_stream = SimpleNamespace(wait_stream=lambda stream: None)
-    sched.schedule_stream = None
-    sched.device_module = SimpleNamespace(Event=lambda: None)
-    sched.batch_record_buf = [None] * 2
-    sched.batch_record_ct = 0
-    sched.model_worker = worker
-    sched.server_args = SimpleNamespace(enable_dp_attention=False)
-    return sched
-
-
 class _CopyingSamplingInfo(SimpleNamespace):
     def copy_for_forward(self):
         return _CopyingSamplingInfo()
@@ -204,7 +184,7 @@ class TestRunBatchPublishesAtVerify(CustomTestCase):
         # The prefill before this decode stashed its draft extras.
         fm.stash(batch.spec_info.future_indices, _draft_input(2, batch.seq_lens))
         worker = worker_cls(fm, torch.tensor([12, 23]))
-        _overlap_scheduler(fm, worker).run_batch(batch)
+        run_batch_scheduler(worker, fm, overlap=True).run_batch(batch)
         return fm, batch, worker
 
     def test_lengths_are_in_the_relay_before_the_draft_extend(self):
