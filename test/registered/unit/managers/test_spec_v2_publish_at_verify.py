@@ -220,10 +220,11 @@ class TestPrepareForDecodeCopiesWithoutBlocking(CustomTestCase):
             p.start()
             self.addCleanup(p.stop)
 
-    def test_every_host_to_device_copy_is_non_blocking(self):
+    def _prepare(self, page_size):
         batch = spec_v2_decode_batch([1, 2], [5, 6], algo=EAGLE)
         batch.tree_cache = FakeTreeCache()
         batch.token_to_kv_pool_allocator = batch.tree_cache.token_to_kv_pool_allocator
+        batch.token_to_kv_pool_allocator.page_size = page_size
         batch.req_to_token_pool = fake_req_to_token_pool()
         for req, n in zip(batch.reqs, (5, 6)):
             req.kv_committed_len = req.kv_allocated_len = n
@@ -242,6 +243,22 @@ class TestPrepareForDecodeCopiesWithoutBlocking(CustomTestCase):
         self.assertEqual(self.assigned, [([5, 6], [9, 10])])
         self.assertGreaterEqual(len(copies), 2)
         self.assertTrue(all(copies), f"blocking device copies: {copies}")
+
+    def test_every_host_to_device_copy_is_non_blocking(self):
+        self._prepare(page_size=1)
+
+    def test_paged_allocation_gets_the_device_lengths(self):
+        seen = {}
+
+        def alloc_paged(tree_cache, cur, cur_cpu, nxt, nxt_cpu, last_loc, n):
+            seen.update(cur=cur.tolist(), nxt=nxt.tolist(), n=n)
+            return torch.arange(n, dtype=torch.int64)
+
+        with mock.patch.object(
+            eagle_info_v2, "get_last_loc", lambda table, pool_idx, cur: cur - 1
+        ), mock.patch.object(eagle_info_v2, "alloc_paged_token_slots_extend", alloc_paged):
+            self._prepare(page_size=2)
+        self.assertEqual(seen, {"cur": [5, 6], "nxt": [9, 10], "n": 8})
 
 
 if __name__ == "__main__":
