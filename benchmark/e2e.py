@@ -39,6 +39,7 @@ sys.path.insert(0, HERE)
 
 import greedy  # noqa: E402
 import results  # noqa: E402
+import sizing  # noqa: E402
 from server import Server, free_port, http_json, server_command  # noqa: E402
 
 
@@ -496,9 +497,7 @@ def one_server(st, a, var, env, be, ov, spec, pw, target, draft, vocab):
                     # twice: the first pass at a new batch size runs cold
                     probe_throughput(srv.url, c, a.input_len, a.output_len, vocab)
                     tps = probe_throughput(srv.url, c, a.input_len, a.output_len, vocab)
-                    # the probe runs slower than the bench: aim 30% high
-                    need = a.min_seconds * tps / a.output_len * 1.3
-                    nprompts[c] = max(2 * c, int(math.ceil(need / c)) * c)
+                    nprompts[c] = sizing.from_probe(tps, a.output_len, c, a.min_seconds)
                     st.log(f"  c={c}: probe {tps:.0f} tok/s -> {nprompts[c]} prompts")
                 out = os.path.join(a.work_dir, f"bench-{tag}-c{c}-r{rep}.jsonl")
                 if os.path.exists(out):
@@ -507,10 +506,15 @@ def one_server(st, a, var, env, be, ov, spec, pw, target, draft, vocab):
                 if not any("bench_serving" in x for x in st.commands):
                     st.commands.append(bcmd)  # one example; the others differ in port/prompts
                 dur = sample.get("duration_s") or 0
-                if 0 < dur and not a.min_seconds <= dur <= 1.25 * a.min_seconds:
-                    # the probe was off: size the next repeat from this one
-                    n = nprompts[c] * a.min_seconds / dur * 1.05
-                    nprompts[c] = max(2 * c, int(math.ceil(n / c)) * c)
+                nprompts[c] = sizing.grown(nprompts[c], c, dur, a.min_seconds)
+                if sizing.is_short(dur, a.min_seconds) and st.time_left() > 30:
+                    # every kept repeat lasts >= min_seconds: measure this one again
+                    st.log(f"  rep {rep} c={c}: {dur:.1f}s < {a.min_seconds:g}s, "
+                           f"again with {nprompts[c]} prompts")
+                    os.remove(out)
+                    sample, _ = run_bench(st.runner, srv, env, a, target, c, nprompts[c], out)
+                    nprompts[c] = sizing.grown(nprompts[c], c, sample.get("duration_s") or 0,
+                                               a.min_seconds)
                 key = (var, be, spec, ov, pw, c)
                 st.samples.setdefault(key, []).append(sample)
                 st.log(f"  rep {rep} c={c}: TPOT {sample['tpot_ms']:.3f} ms ITL "
