@@ -32,11 +32,12 @@ def summarize_point(samples):
     """Median of the repeats and their spread (max - min), per metric.
 
     samples: list of dicts with tpot_ms, itl_ms, output_tok_per_s,
-    accept_length (None without speculation).
+    accept_length (None without speculation), optionally duration_s.
     """
     tpots = [s["tpot_ms"] for s in samples]
     acc = [s["accept_length"] for s in samples if s.get("accept_length") is not None]
-    return {
+    durations = [s["duration_s"] for s in samples if s.get("duration_s")]
+    out = {
         "tpot_ms_median": round(statistics.median(tpots), 4),
         "itl_ms_median": round(statistics.median(s["itl_ms"] for s in samples), 4),
         "output_tok_per_s": round(statistics.median(s["output_tok_per_s"] for s in samples), 2),
@@ -44,6 +45,9 @@ def summarize_point(samples):
         "repeats": len(samples),
         "tpot_ms_spread": round(max(tpots) - min(tpots), 4),
     }
+    if durations:  # the shortest repeat: shows whether every one met --min-seconds
+        out["duration_s_min"] = round(min(durations), 1)
+    return out
 
 
 def _key(entry, fields):

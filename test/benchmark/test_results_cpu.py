@@ -52,6 +52,13 @@ def test_summarize_without_speculation_has_null_accept_length():
     assert s["accept_length"] is None
 
 
+def test_summarize_reports_shortest_repeat():
+    samples = [{"tpot_ms": 1, "itl_ms": 1, "output_tok_per_s": 1, "accept_length": None,
+                "duration_s": d} for d in (12.34, 8.21, 10.0)]
+    assert results.summarize_point(samples)["duration_s_min"] == 8.2
+    assert "duration_s_min" not in _run()  # samples without durations: no field
+
+
 def test_card_slug_and_path():
     assert results.card_slug("NVIDIA H200") == "h200"
     assert results.card_slug("NVIDIA H100 80GB HBM3") == "h100-80gb-hbm3"
