@@ -355,9 +355,20 @@ class Run:
         chain = greedy.expected_chain(self.prompts, self.fmap, self.a.greedy_new_tokens)
         return len(greedy.compare(ids, chain))
 
+    def _greedy_fields(self, key, ids):
+        """What every greedy record says of one server's outputs."""
+        var, be, ov, spec, pw = key
+        r = {"variant": var, "attention_backend": be, "overlap": ov,
+             "piecewise_cuda_graph": pw, "prompts": len(ids),
+             "accept_length": self.greedy_meta.get(key)}
+        if self.fmap:
+            r["prompts_off_constructed_f"] = self.prompts_off_chain(ids)
+        return r
+
     def greedy_entries(self):
         out = []
-        for (var, be, ov, spec, pw), ids in self.greedy_out.items():
+        for key, ids in self.greedy_out.items():
+            var, be, ov, spec, _ = key
             if spec != "EAGLE3":
                 continue
             # the no-spec reference of the same build, backend and overlap
@@ -366,13 +377,9 @@ class Run:
             if ref is None:
                 continue
             bad = greedy.compare(ids, ref)
-            entry = {"variant": var, "attention_backend": be, "overlap": ov,
-                     "prompts": len(ids), "mismatched_prompts": len(bad),
-                     "piecewise_cuda_graph": pw, "new_tokens": self.a.greedy_new_tokens,
-                     "mismatches": bad,
-                     "accept_length": self.greedy_meta.get((var, be, ov, spec, pw))}
-            if self.fmap:
-                entry["prompts_off_constructed_f"] = self.prompts_off_chain(ids)
+            entry = self._greedy_fields(key, ids)
+            entry.update({"mismatched_prompts": len(bad), "mismatches": bad,
+                          "new_tokens": self.a.greedy_new_tokens})
             out.append(entry)
         return out
 
@@ -381,13 +388,10 @@ class Run:
         outputs, also across variants) and the prompts off the constructed
         chain; kept even when no no-spec reference was served."""
         out = []
-        for (var, be, ov, spec, pw), ids in self.greedy_out.items():
-            r = {"variant": var, "attention_backend": be, "overlap": ov,
-                 "speculative": spec, "piecewise_cuda_graph": pw, "prompts": len(ids),
-                 "sha256": hashlib.sha256(json.dumps(ids).encode()).hexdigest()[:16],
-                 "accept_length": self.greedy_meta.get((var, be, ov, spec, pw))}
-            if self.fmap:
-                r["prompts_off_constructed_f"] = self.prompts_off_chain(ids)
+        for key, ids in self.greedy_out.items():
+            r = self._greedy_fields(key, ids)
+            r.update({"speculative": key[3],
+                      "sha256": hashlib.sha256(json.dumps(ids).encode()).hexdigest()[:16]})
             out.append(r)
         return out
 
