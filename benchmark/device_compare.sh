@@ -12,7 +12,9 @@
 #     only) is a site with the series' first patches applied by `git apply`;
 #     it runs first, as its own e2e run (variant name "patched",
 #     so its numbers never mix with the full series) -> through-NNNN.tgz
-# usage: OUT=dir [SYNC_TRACE=1] benchmark/device_compare.sh KIT BUDGET_S VARIANTS [e2e run options]
+#   - SIDE_BY_SIDE=K: the K servers of the call run at the same time and are
+#     measured in turn (e2e --side-by-side), each with a fixed KV pool
+# usage: OUT=dir [SYNC_TRACE=1] [SIDE_BY_SIDE=K] benchmark/device_compare.sh KIT BUDGET_S VARIANTS [e2e run options]
 #   e.g. benchmark/device_compare.sh .kit 560 base,patched --piecewise default \
 #          --concurrency 1,8,32 --repeats 3 --min-seconds 8
 # Returns under $OUT: the results JSON (+ PNG if matplotlib is there),
@@ -27,8 +29,13 @@ t0=$(date +%s)
 left() { echo $(( BUDGET - ($(date +%s) - t0) )); }
 log() { echo "[$(( $(date +%s) - t0 ))s] $*" | tee -a "$OUT/compare.log"; }
 
-install() {  # install SITE: the kit into SITE, once per machine
+install() {  # install SITE VERSION: the kit into SITE, once per machine
   [ -f "$1/.kit-installed" ] && { log "reuse $1"; return 0; }
+  # a site is only ever filled from the kit of its own sglang version: with
+  # .kit13 carried, base must already be on the machine from a .kit call
+  ls "$KIT"/w/sglang-"$2"-*.whl > /dev/null 2>&1 || {
+    log "ERROR: $1 needs sglang $2, but $KIT holds $(cd "$KIT"/w && ls sglang-[0-9]*.whl)"
+    return 1; }
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
     --upgrade --target "$1" "$KIT"/w/*.whl || return 1
   touch "$1/.kit-installed"; log "installed $KIT into $1"
@@ -38,18 +45,18 @@ install() {  # install SITE: the kit into SITE, once per machine
 args=() partial=()
 for v in ${VARIANTS//,/ }; do
   case $v in
-    base) install /tmp/sb || exit 3; args+=(--variant base=/tmp/sb) ;;
+    base) install /tmp/sb 0.5.12.post1 || exit 3; args+=(--variant base=/tmp/sb) ;;
     patched)
-      install /tmp/sb || exit 3
+      install /tmp/sb 0.5.12.post1 || exit 3
       if [ ! -f /tmp/sp/.kit-installed ]; then
         rm -rf /tmp/sp && cp -a /tmp/sb /tmp/sp || exit 3
         PYTHONPATH=python python3 -m sglpatch apply --sglang-dir /tmp/sp/sglang >> "$OUT/compare.log" 2>&1 || exit 4
       fi
       args+=(--variant patched=/tmp/sp --no-apply) ;;
-    upstream-0.5.13) install /tmp/su || exit 3; args+=(--variant upstream-0.5.13=/tmp/su) ;;
+    upstream-0.5.13) install /tmp/su 0.5.13 || exit 3; args+=(--variant upstream-0.5.13=/tmp/su) ;;
     patched-through-*)
       n=${v#patched-through-} site=/tmp/sp-${v#patched-through-}
-      install /tmp/sb || exit 3
+      install /tmp/sb 0.5.12.post1 || exit 3
       if [ ! -f "$site/.kit-installed" ]; then
         rm -rf "$site" && cp -a /tmp/sb "$site" || exit 3
         todo=$(ls "$PWD"/python/sglpatch/patches/[0-9][0-9][0-9][0-9]-*.patch | awk -F/ -v n="$n" '$NF <= n "~"')
@@ -77,6 +84,19 @@ if [ "$SYNC_TRACE" = 1 ]; then
       --work-dir "$WORK" --out-dir /tmp/probe/results --deadline-s 200 $TRACE_ARGS >> "$OUT/compare.log" 2>&1
   tar czf "$OUT/probe.tgz" -C /tmp probe
   for f in /tmp/probe/*-sync.json; do [ -f "$f" ] && { log "$f"; cat "$f" | tee -a "$OUT/compare.log"; }; done
+fi
+
+if [ -n "$SIDE_BY_SIDE" ]; then
+  # SIDE_BY_SIDE=K: the call's K servers share the GPU; each gets a fixed KV
+  # pool that leaves room for the others: 80% of the card over K, less ~7 GiB
+  # of weights, graphs and work space, at 72 KiB a token (the small preset's
+  # target + draft KV), and at most 400k tokens, the same on every card
+  mib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)
+  kv=$(( (mib * 8 / 10 / SIDE_BY_SIDE - 7000) * 1024 / 72 ))
+  [ "$kv" -gt 400000 ] && kv=400000
+  [ "$kv" -gt 50000 ] || { log "ERROR: no room for $SIDE_BY_SIDE servers on $mib MiB"; exit 5; }
+  log "side by side: $SIDE_BY_SIDE servers, --max-total-tokens $kv each"
+  set -- "$@" --side-by-side --max-total-tokens "$kv"
 fi
 
 rc=0

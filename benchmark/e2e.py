@@ -11,7 +11,10 @@ then for each variant x attention backend x overlap x setting launches
 EAGLE3 against the same model without speculation, and measures
 `python -m sglang.bench_serving --dataset-name random-ids` at each
 concurrency, `--repeats` times (round robin over the concurrencies, so drift
-spreads over all points).  Results merge into
+spreads over all points).  With --side-by-side all of the call's servers
+start at once on the one GPU (each with the fixed KV pool
+--max-total-tokens) and are measured in turn at every (repeat, concurrency),
+so a slow spell of the machine hits every build alike.  Results merge into
 <out-dir>/<yyyy-mm-dd>-<card>.json after every point, so a run stopped by a
 time limit still leaves what it measured.
 
@@ -23,6 +26,7 @@ site is already patched).  See benchmark/README.md.
 """
 
 import argparse
+import contextlib
 import datetime
 import hashlib
 import json
@@ -97,6 +101,11 @@ def build_parser():
     r.add_argument("--spec-steps", type=int, default=3)
     r.add_argument("--tp", type=int, default=1)
     r.add_argument("--mem-fraction-static", type=float, default=None)
+    r.add_argument("--max-total-tokens", type=int, default=None,
+                   help="fixed KV pool per server (needed with --side-by-side)")
+    r.add_argument("--side-by-side", action="store_true",
+                   help="start all of the call's servers at once on the one GPU and "
+                        "measure them in turn, repeat by repeat")
     r.add_argument("--server-arg", action="append", default=[],
                    help="extra launch_server argument (repeatable, e.g. "
                    "--server-arg=--enable-metrics)")
@@ -411,7 +420,9 @@ class Run:
                 "server_starts": self.server_starts,
                 "bench": {"input_len": self.a.input_len, "output_len": self.a.output_len,
                           "min_seconds": self.a.min_seconds, "seed": self.a.seed,
-                          "dataset": "random-ids", "runner": self.runner.mode}}
+                          "dataset": "random-ids", "runner": self.runner.mode,
+                          "side_by_side": self.a.side_by_side,
+                          "max_total_tokens": self.a.max_total_tokens}}
         if self.errors:
             data["errors"] = self.errors
         return results.write_merged(self.path, data)
@@ -437,8 +448,8 @@ def cmd_run(a):
     vocab = st.model_meta["vocab"]
     st.fmap = load_fmap(models)
     st.prompts = greedy.make_prompts(a.greedy_prompts, vocab)
-    variants = [parse_variant(v) for v in (a.variant or ["base"])]
-    for var, site in variants:
+    members = []
+    for var, site in [parse_variant(v) for v in (a.variant or ["base"])]:
         env = variant_env(site)
         if var == "patched" and not a.no_apply:
             try:
@@ -447,19 +458,24 @@ def cmd_run(a):
                 st.errors.append(f"{var}: {e}")
                 st.log(f"SKIP {var}: {e}")
                 continue
-        for be in a.attention_backend:
-            for ov in a.overlap:
-                for spec, pw in settings(a):
-                    if st.time_left() < (60 if spec == "none" else 90):
-                        st.log(f"deadline: skip {var} {be} ov={ov} {spec} pw={pw}")
-                        st.errors.append(f"not run (deadline): {var} {be} overlap={ov} {spec} pcg={pw}")
-                        continue
-                    try:
-                        one_server(st, a, var, env, be, ov, spec, pw, target, draft, vocab)
-                    except Exception as e:
-                        st.errors.append(f"{var} {be} overlap={ov} {spec} pcg={pw}: {e}"[:2000])
-                        st.log(f"ERROR {var} {be} ov={ov} {spec} pw={pw}: {e}")
-                    st.write()
+        members += [Member(var, env, be, ov, spec, pw)
+                    for be in a.attention_backend for ov in a.overlap
+                    for spec, pw in settings(a)]
+    for group in server_groups(members, a.side_by_side):
+        need = 60 if all(m.spec == "none" for m in group) else 90
+        if st.time_left() < need:
+            for m in group:
+                st.log(f"deadline: skip {m.tag}")
+                st.errors.append(f"not run (deadline): {m.var} {m.be} overlap={m.ov} "
+                                 f"{m.spec} pcg={m.pw}")
+            continue
+        try:
+            serve_group(st, a, group, target, draft, vocab)
+        except Exception as e:
+            names = ", ".join(m.tag for m in group)
+            st.errors.append(f"{names}: {e}"[:2000])
+            st.log(f"ERROR {names}: {e}")
+        st.write()
     st.runner.close()
     data = st.write()
     print(results.table(data))
@@ -471,60 +487,109 @@ def cmd_run(a):
     return 1 if st.errors else 0
 
 
-def one_server(st, a, var, env, be, ov, spec, pw, target, draft, vocab):
-    port = free_port()
-    cmd = server_command(sys.executable, target, draft, port, be, spec, ov, pw,
-                         tp=a.tp, spec_steps=a.spec_steps, draft_tokens=a.spec_steps + 1,
-                         mem_fraction=a.mem_fraction_static, extra=a.server_arg)
-    tag = f"{var}-{be}-ov{int(ov)}-{spec}-pcg{int(pw)}"
-    st.log(f"launch {tag}: {' '.join(cmd[1:])}")
-    log_path = os.path.join(a.work_dir, f"server-{tag}.log")
-    with Server(cmd, env, log_path) as srv:
-        st.server_starts.append({"setting": tag, "start_s": round(srv.start_s, 1)})
-        st.log(f"  ready in {srv.start_s:.0f}s")
-        srv.reset_spec_counters()
-        t0 = time.time()
-        ids, acc = greedy.generate(srv.url, st.prompts, a.greedy_new_tokens)
-        st.greedy_out[(var, be, ov, spec, pw)] = ids
-        st.greedy_meta[(var, be, ov, spec, pw)] = acc
-        st.log(f"  greedy {len(ids)}x{a.greedy_new_tokens} in {time.time() - t0:.1f}s"
-               f", accept length {acc}")
+class Member:
+    """One server of a run: a build (variant + its environment) and a setting."""
+
+    def __init__(self, var, env, be, ov, spec, pw):
+        self.var, self.env, self.be, self.ov, self.spec, self.pw = var, env, be, ov, spec, pw
+        self.tag = f"{var}-{be}-ov{int(ov)}-{spec}-pcg{int(pw)}"
+        self.srv = None
+        self.nprompts = {}  # concurrency -> bench prompts (only grows)
+
+    @property
+    def greedy_key(self):
+        return (self.var, self.be, self.ov, self.spec, self.pw)
+
+    def run_key(self, c):
+        return (self.var, self.be, self.spec, self.ov, self.pw, c)
+
+
+def server_groups(members, side_by_side):
+    """Servers that run at the same time: one at a time by default; with
+    --side-by-side all of the call's servers together, so their repeats
+    interleave and drift on the machine hits every build alike."""
+    return [members] if side_by_side else [[m] for m in members]
+
+
+def bench_order(members, repeats, concurrency):
+    """(rep, c, member) in the order they are measured: round robin over
+    the concurrencies, and within one (rep, c) over the servers."""
+    return [(rep, c, m) for rep in range(repeats) for c in concurrency for m in members]
+
+
+def serve_group(st, a, group, target, draft, vocab):
+    with contextlib.ExitStack() as stack:
+        used = set()
+        for i, m in enumerate(group):
+            port = free_port(30000 + 10 * len(st.server_starts) + 10 * i)
+            while port in used:
+                port = free_port(port + 1)
+            used.add(port)
+            cmd = server_command(sys.executable, target, draft, port, m.be, m.spec, m.ov, m.pw,
+                                 tp=a.tp, spec_steps=a.spec_steps, draft_tokens=a.spec_steps + 1,
+                                 mem_fraction=a.mem_fraction_static,
+                                 max_total_tokens=a.max_total_tokens, extra=a.server_arg)
+            st.log(f"launch {m.tag}: {' '.join(cmd[1:])}")
+            m.srv = Server(cmd, m.env, os.path.join(a.work_dir, f"server-{m.tag}.log"))
+            stack.callback(m.srv.__exit__)
+            m.srv.launch()
+            if i + 1 < len(group):
+                time.sleep(3)  # staggered: no two start-ups pick ports in the same instant
+        for m in group:
+            m.srv.wait_ready()
+            st.server_starts.append({"setting": m.tag, "start_s": round(m.srv.start_s, 1),
+                                     "side_by_side": len(group)})
+            st.log(f"  {m.tag} ready in {m.srv.start_s:.0f}s")
+        for m in group:
+            greedy_check(st, a, m)
         if a.no_bench:
             return
-        nprompts = {}
-        for rep in range(a.repeats):
-            for c in a.concurrency:
-                if st.time_left() < 30:
-                    st.log(f"  deadline: stop at rep {rep} c={c}")
-                    return
-                if c not in nprompts:
-                    # twice: the first pass at a new batch size runs cold
-                    probe_throughput(srv.url, c, a.input_len, a.output_len, vocab)
-                    tps = probe_throughput(srv.url, c, a.input_len, a.output_len, vocab)
-                    nprompts[c] = sizing.from_probe(tps, a.output_len, c, a.min_seconds)
-                    st.log(f"  c={c}: probe {tps:.0f} tok/s -> {nprompts[c]} prompts")
-                out = os.path.join(a.work_dir, f"bench-{tag}-c{c}-r{rep}.jsonl")
-                if os.path.exists(out):
-                    os.remove(out)
-                sample, bcmd = run_bench(st.runner, srv, env, a, target, c, nprompts[c], out)
-                if not any("bench_serving" in x for x in st.commands):
-                    st.commands.append(bcmd)  # one example; the others differ in port/prompts
-                dur = sample.get("duration_s") or 0
-                nprompts[c] = sizing.grown(nprompts[c], c, dur, a.min_seconds)
-                if sizing.is_short(dur, a.min_seconds) and st.time_left() > 30:
-                    # every kept repeat lasts >= min_seconds: measure this one again
-                    st.log(f"  rep {rep} c={c}: {dur:.1f}s < {a.min_seconds:g}s, "
-                           f"again with {nprompts[c]} prompts")
-                    os.remove(out)
-                    sample, _ = run_bench(st.runner, srv, env, a, target, c, nprompts[c], out)
-                    nprompts[c] = sizing.grown(nprompts[c], c, sample.get("duration_s") or 0,
-                                               a.min_seconds)
-                key = (var, be, spec, ov, pw, c)
-                st.samples.setdefault(key, []).append(sample)
-                st.log(f"  rep {rep} c={c}: TPOT {sample['tpot_ms']:.3f} ms ITL "
-                       f"{sample['itl_ms']:.3f} ms {sample['output_tok_per_s']:.0f} tok/s "
-                       f"accept {sample['accept_length']} ({sample['duration_s']:.1f}s)")
-                st.write()
+        for rep, c, m in bench_order(group, a.repeats, a.concurrency):
+            if st.time_left() < 30:
+                st.log(f"  deadline: stop at rep {rep} c={c} ({m.tag})")
+                return
+            bench_point(st, a, m, rep, c, target, vocab)
+
+
+def greedy_check(st, a, m):
+    m.srv.reset_spec_counters()
+    t0 = time.time()
+    ids, acc = greedy.generate(m.srv.url, st.prompts, a.greedy_new_tokens)
+    st.greedy_out[m.greedy_key] = ids
+    st.greedy_meta[m.greedy_key] = acc
+    st.log(f"  {m.tag}: greedy {len(ids)}x{a.greedy_new_tokens} in {time.time() - t0:.1f}s"
+           f", accept length {acc}")
+
+
+def bench_point(st, a, m, rep, c, target, vocab):
+    srv = m.srv
+    if c not in m.nprompts:
+        # twice: the first pass at a new batch size runs cold
+        probe_throughput(srv.url, c, a.input_len, a.output_len, vocab)
+        tps = probe_throughput(srv.url, c, a.input_len, a.output_len, vocab)
+        m.nprompts[c] = sizing.from_probe(tps, a.output_len, c, a.min_seconds)
+        st.log(f"  {m.tag} c={c}: probe {tps:.0f} tok/s -> {m.nprompts[c]} prompts")
+    out = os.path.join(a.work_dir, f"bench-{m.tag}-c{c}-r{rep}.jsonl")
+    if os.path.exists(out):
+        os.remove(out)
+    sample, bcmd = run_bench(st.runner, srv, m.env, a, target, c, m.nprompts[c], out)
+    if not any("bench_serving" in x for x in st.commands):
+        st.commands.append(bcmd)  # one example; the others differ in port/prompts
+    dur = sample.get("duration_s") or 0
+    m.nprompts[c] = sizing.grown(m.nprompts[c], c, dur, a.min_seconds)
+    if sizing.is_short(dur, a.min_seconds) and st.time_left() > 30:
+        # every kept repeat lasts >= min_seconds: measure this one again
+        st.log(f"  {m.tag} rep {rep} c={c}: {dur:.1f}s < {a.min_seconds:g}s, "
+               f"again with {m.nprompts[c]} prompts")
+        os.remove(out)
+        sample, _ = run_bench(st.runner, srv, m.env, a, target, c, m.nprompts[c], out)
+        m.nprompts[c] = sizing.grown(m.nprompts[c], c, sample.get("duration_s") or 0,
+                                     a.min_seconds)
+    st.samples.setdefault(m.run_key(c), []).append(sample)
+    st.log(f"  {m.tag} rep {rep} c={c}: TPOT {sample['tpot_ms']:.3f} ms ITL "
+           f"{sample['itl_ms']:.3f} ms {sample['output_tok_per_s']:.0f} tok/s "
+           f"accept {sample['accept_length']} ({sample['duration_s']:.1f}s)")
+    st.write()
 
 
 def cmd_sweep(a):
@@ -576,7 +641,11 @@ def cmd_sweep(a):
 
 # ---------------------------------------------------------------------------
 def main(argv=None):
-    a = build_parser().parse_args(argv)
+    ap = build_parser()
+    a = ap.parse_args(argv)
+    if a.cmd == "run" and a.side_by_side and not a.max_total_tokens:
+        ap.error("--side-by-side needs --max-total-tokens: each server's KV pool "
+                 "must be fixed, or the first to start takes the whole GPU")
     if a.cmd == "run":
         return cmd_run(a)
     if a.cmd == "sweep":

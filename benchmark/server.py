@@ -38,7 +38,7 @@ def http_json(url, payload=None, timeout=600):
 
 def server_command(python, target, draft, port, attention_backend, speculative,
                    overlap, piecewise, tp=1, spec_steps=3, topk=1, draft_tokens=4,
-                   mem_fraction=None, extra=()):
+                   mem_fraction=None, max_total_tokens=None, extra=()):
     cmd = [python, "-m", "sglang.launch_server", "--model-path", target,
            "--host", "127.0.0.1", "--port", str(port), "--tp", str(tp),
            "--attention-backend", attention_backend,
@@ -59,6 +59,10 @@ def server_command(python, target, draft, port, attention_backend, speculative,
         cmd.append("--disable-piecewise-cuda-graph")
     if mem_fraction:
         cmd += ["--mem-fraction-static", str(mem_fraction)]
+    if max_total_tokens:
+        # a fixed KV pool: servers that share one GPU do not each size
+        # theirs from the memory the others happen to leave free
+        cmd += ["--max-total-tokens", str(max_total_tokens)]
     return cmd + list(extra)
 
 
@@ -71,21 +75,32 @@ class Server:
         self.port = int(cmd[cmd.index("--port") + 1])
         self.url = f"http://127.0.0.1:{self.port}"
         self.proc = None
+        self.log = None
         self.start_s = None
 
     def __enter__(self):
-        t0 = time.time()
+        self.launch()
+        try:
+            self.wait_ready()
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def launch(self):
+        """Start the process and return at once (several servers can then
+        start side by side); wait_ready() waits for it to serve."""
+        self._t0 = time.time()
         self.log = open(self.log_path, "w")
         self.log.write(" ".join(self.cmd) + "\n")
         self.log.flush()
         self.proc = subprocess.Popen(self.cmd, env=self.env, stdout=self.log,
                                      stderr=subprocess.STDOUT, start_new_session=True)
-        try:
-            self._wait_ready()
-        except BaseException:
-            self.stop()
-            raise
-        self.start_s = time.time() - t0
+        return self
+
+    def wait_ready(self):
+        self._wait_ready()
+        self.start_s = time.time() - self._t0
         return self
 
     def _wait_ready(self):
@@ -131,7 +146,8 @@ class Server:
 
     def __exit__(self, *exc):
         self.stop()
-        self.log.close()
+        if self.log is not None:
+            self.log.close()
         return False
 
     def info(self):
