@@ -12,6 +12,7 @@
 #     only) is a site with the series' first patches applied by `git apply`;
 #     it runs first, as its own e2e run (variant name "patched",
 #     so its numbers never mix with the full series) -> through-NNNN.tgz
+#   - INSTALL_ONLY=1: install the sites and stop
 #   - SIDE_BY_SIDE=K: the K servers of the call run at the same time and are
 #     measured in turn (e2e --side-by-side), each with a fixed KV pool
 # usage: OUT=dir [SYNC_TRACE=1] [SIDE_BY_SIDE=K] benchmark/device_compare.sh KIT BUDGET_S VARIANTS [e2e run options]
@@ -68,6 +69,9 @@ for v in ${VARIANTS//,/ }; do
     *) echo "unknown variant $v" >&2; exit 2 ;;
   esac
 done
+# INSTALL_ONLY=1: only put the sites on the machine (the other kit comes in
+# the next call, as both kits together are over one call's carry limit)
+[ "$INSTALL_ONLY" = 1 ] && { log "installed only"; exit 0; }
 SITE0=$(ls -d /tmp/sb /tmp/su 2>/dev/null | head -1)
 export PYTHONPATH=$SITE0  # the harness itself needs the kit's tokenizers
 
