@@ -145,6 +145,11 @@ def build_parser():
     m = sub.add_parser("merge", help="merge results files of one day/card")
     m.add_argument("into")
     m.add_argument("sources", nargs="+")
+    m.add_argument("--pool", action="store_true",
+                   help="the sources are calls of one machine: pool the repeats of a "
+                        "point measured in several of them (default: a later run replaces)")
+    m.add_argument("--label", action="append", default=None,
+                   help="with --pool: the name of each source's call, in order")
     return ap
 
 
@@ -652,11 +657,18 @@ def main(argv=None):
         return cmd_sweep(a)
     if a.cmd == "merge":
         data = None
-        for src in ([a.into] if os.path.exists(a.into) else []) + a.sources:
+        if os.path.exists(a.into):
+            with open(a.into) as fh:
+                data = json.load(fh)
+        labels = a.label or [os.path.basename(p) for p in a.sources]
+        if len(labels) != len(a.sources):
+            ap.error("merge: one --label per source")
+        for src, label in zip(a.sources, labels):
             with open(src) as fh:
-                data = results.merge(data, json.load(fh))
+                new = json.load(fh)
+            data = results.pool(data, new, label) if a.pool else results.merge(data, new)
         results.validate(data)
-        results.write_merged(a.into, data)
+        results.write(a.into, data)  # `data` already holds what INTO held
         print(results.table(data))
         return 0
     if a.cmd == "table":

@@ -90,12 +90,91 @@ def merge(old, new):
     return out
 
 
+def pool(old, new, label):
+    """Merge `new` (one device call, named `label`) into `old` for the same
+    machine: a point measured again in another call keeps both calls'
+    repeats, re-summarized, and `calls` says which calls they came from.
+    Greedy records are all kept, each with its call: equal keys from two
+    calls are two separate checks (e.g. 64 and 16 prompts), not one.
+    Pool only calls of one machine: repeats from two machines never mix.
+    """
+    new = dict(new)
+    for field in ("greedy_equivalence", "greedy_runs", "server_starts"):
+        new[field] = [dict(e, call=label) for e in new.get(field, [])]
+    if old is None:
+        out = dict(new)
+        out["runs"] = [dict(r, calls=[label]) for r in new.get("runs", [])]
+        return out
+    runs = {_key(r, RUN_KEY): r for r in old.get("runs", [])}
+    for r in new.get("runs", []):
+        k = _key(r, RUN_KEY)
+        if k in runs:
+            had = runs[k]
+            samples = had.get("samples", []) + r.get("samples", [])
+            r = dict(r)
+            r.update(summarize_point(samples))
+            r["samples"] = samples
+            r["calls"] = had.get("calls", []) + [label]
+        else:
+            r = dict(r, calls=[label])
+        runs[k] = r
+    out = merge(old, {k: v for k, v in new.items()
+                      if k not in ("runs", "greedy_equivalence", "greedy_runs")})
+    out["runs"] = list(runs.values())
+    for field in ("greedy_equivalence", "greedy_runs", "server_starts"):
+        out[field] = old.get(field, []) + new[field]
+    out["greedy_equivalence"] += equivalence_by_digest(out, new_label=label)
+    return out
+
+
+def equivalence_by_digest(data, new_label=None):
+    """Greedy-equivalence entries for EAGLE3 and no-spec servers of one build
+    that ran in different calls: each call keeps only a digest of its output
+    ids, and equal digests over the same prompts mean identical outputs.
+    Only pairs that involve call `new_label` (None: any) and have no entry
+    yet are returned; unequal digests give no entry (a count of differing
+    prompts needs the ids) and are left for the greedy_runs to show."""
+    runs = data.get("greedy_runs", [])
+    have = {(g.get("variant"), g.get("attention_backend"), g.get("overlap"),
+             g.get("piecewise_cuda_graph"), g.get("prompts"))
+            for g in data.get("greedy_equivalence", [])}
+    out = []
+    for e in runs:
+        if e.get("speculative") != "EAGLE3":
+            continue
+        key = (e["variant"], e["attention_backend"], e["overlap"],
+               e.get("piecewise_cuda_graph"), e["prompts"])
+        refs = [r for r in runs if r.get("speculative") == "none"
+                and (r["variant"], r["attention_backend"], r["overlap"], r["prompts"])
+                == (e["variant"], e["attention_backend"], e["overlap"], e["prompts"])]
+        # the reference with the same piecewise setting first
+        refs.sort(key=lambda r: r.get("piecewise_cuda_graph") != e.get("piecewise_cuda_graph"))
+        if key in have or not refs:
+            continue
+        ref = refs[0]
+        if new_label is not None and new_label not in (e.get("call"), ref.get("call")):
+            continue
+        if ref.get("sha256") != e.get("sha256"):
+            continue
+        have.add(key)
+        out.append({"variant": e["variant"], "attention_backend": e["attention_backend"],
+                    "overlap": e["overlap"], "piecewise_cuda_graph": e.get("piecewise_cuda_graph"),
+                    "prompts": e["prompts"], "mismatched_prompts": 0,
+                    "by": "sha256", "sha256": e["sha256"],
+                    "calls": [e.get("call"), ref.get("call")],
+                    "reference_piecewise_cuda_graph": ref.get("piecewise_cuda_graph")})
+    return out
+
+
 def write_merged(path, new):
     old = None
     if os.path.exists(path):
         with open(path) as fh:
             old = json.load(fh)
-    data = merge(old, new)
+    return write(path, merge(old, new))
+
+
+def write(path, data):
     tmp = path + ".tmp"
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     with open(tmp, "w") as fh:

@@ -129,3 +129,73 @@ def test_committed_results_follow_the_schema(name):
         data = json.load(f)
     results.validate(data)  # raises ValueError on a schema break
     assert data["card"].startswith("NVIDIA "), "the card must be named"
+
+
+def _sampled(variant, tpots, c=1):
+    samples = [{"tpot_ms": t, "itl_ms": t / 2, "output_tok_per_s": 1000.0 / t,
+                "accept_length": 2.9, "duration_s": 12.0} for t in tpots]
+    r = {"variant": variant, "attention_backend": "triton", "speculative": "EAGLE3",
+         "overlap": True, "piecewise_cuda_graph": True, "concurrency": c, "samples": samples}
+    r.update(results.summarize_point(samples))
+    return r
+
+
+def test_pool_keeps_every_calls_repeats():
+    greedy = {"variant": "base", "attention_backend": "triton", "overlap": True,
+              "piecewise_cuda_graph": True, "prompts": 64, "mismatched_prompts": 0}
+    one = _data([_sampled("base", [1.0, 1.2]), _sampled("base", [2.0], c=8)], greedy=[greedy])
+    two = _data([_sampled("base", [1.1, 0.9, 1.4])], greedy=[dict(greedy, prompts=16)])
+    data = results.pool(results.pool(None, one, "call 1"), two, "call 2")
+    runs = {r["concurrency"]: r for r in data["runs"]}
+    c1 = runs[1]
+    assert c1["repeats"] == 5 and c1["calls"] == ["call 1", "call 2"]
+    assert c1["tpot_ms_median"] == 1.1 and c1["tpot_ms_spread"] == pytest.approx(0.5)
+    assert [s["tpot_ms"] for s in c1["samples"]] == [1.0, 1.2, 1.1, 0.9, 1.4]
+    assert runs[8]["repeats"] == 1 and runs[8]["calls"] == ["call 1"]
+    # both greedy checks stay, each with its call; a replace would lose one
+    assert [(g["prompts"], g["call"]) for g in data["greedy_equivalence"]] == [
+        (64, "call 1"), (16, "call 2")]
+    results.validate(data)
+
+
+def test_cli_merge_pool_labels_calls(tmp_path):
+    paths = []
+    for i, tpots in enumerate(([1.0, 1.2, 1.1], [0.8])):
+        p = tmp_path / f"call{i}.json"
+        p.write_text(json.dumps(_data([_sampled("patched", tpots)])))
+        paths.append(str(p))
+    into = tmp_path / "machine.json"
+    res = subprocess.run([sys.executable, os.path.join(BENCH, "e2e.py"), "merge", "--pool",
+                          str(into), *paths, "--label", "call 2", "--label", "call 3"],
+                         capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    (run,) = json.loads(into.read_text())["runs"]
+    assert run["repeats"] == 4 and run["calls"] == ["call 2", "call 3"]
+    assert run["tpot_ms_median"] == pytest.approx(1.05)
+    bad = subprocess.run([sys.executable, os.path.join(BENCH, "e2e.py"), "merge", "--pool",
+                          str(tmp_path / "x.json"), *paths, "--label", "only one"],
+                         capture_output=True, text=True)
+    assert bad.returncode == 2 and "one --label per source" in bad.stderr
+
+
+def _greedy_run(variant, spec, sha, prompts=64, pw=True):
+    return {"variant": variant, "attention_backend": "triton", "overlap": True,
+            "piecewise_cuda_graph": pw, "prompts": prompts, "speculative": spec, "sha256": sha}
+
+
+def test_pool_checks_greedy_across_calls_by_digest():
+    nospec = dict(_data([]), greedy_runs=[_greedy_run("base", "none", "aa"),
+                                          _greedy_run("upstream-0.5.13", "none", "cc")])
+    eagle = dict(_data([]), greedy_runs=[
+        _greedy_run("base", "EAGLE3", "aa"),                   # same ids: an entry, 0 differ
+        _greedy_run("base", "EAGLE3", "aa", prompts=16),       # no 16-prompt reference
+        _greedy_run("upstream-0.5.13", "EAGLE3", "dd"),        # differs: no count, no entry
+        _greedy_run("patched", "EAGLE3", "aa")])               # no patched no-spec run
+    data = results.pool(results.pool(None, nospec, "call 1"), eagle, "call 2")
+    (entry,) = data["greedy_equivalence"]
+    assert (entry["variant"], entry["prompts"], entry["mismatched_prompts"]) == ("base", 64, 0)
+    assert entry["by"] == "sha256" and entry["calls"] == ["call 2", "call 1"]
+    results.validate(data)
+    # pooling a third call adds no second entry for the same pair
+    again = results.pool(data, dict(_data([]), greedy_runs=[]), "call 3")
+    assert len(again["greedy_equivalence"]) == 1
