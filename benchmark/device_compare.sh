@@ -19,12 +19,14 @@
 #   e.g. benchmark/device_compare.sh .kit 560 base,patched --piecewise default \
 #          --concurrency 1,8,32 --repeats 3 --min-seconds 8
 # Returns under $OUT: the results JSON (+ PNG if matplotlib is there),
-# compare.log, env.txt, probe.tgz (SYNC_TRACE) and server-logs.tgz.
+# compare.log, env.txt, probe.tgz (SYNC_TRACE), server-logs.tgz and
+# profiles.tgz (e2e --profile-steps: the torch-profiler traces).
 KIT=$1 BUDGET=$2 VARIANTS=$3
 shift 3
 OUT=${OUT:-$PWD/device-out}
 WORK=/tmp/sglpatch-bench
 mkdir -p "$OUT" "$WORK"
+rm -rf "$WORK/profiles"  # a warm machine keeps /tmp: only this call's traces go back
 export PYTHONUNBUFFERED=1
 t0=$(date +%s)
 left() { echo $(( BUDGET - ($(date +%s) - t0) )); }
@@ -118,5 +120,11 @@ for n in "${partial[@]}"; do
 done
 [ ${#args[@]} -gt 0 ] && e2e "$OUT" "${args[@]}" "$@"
 (cd "$WORK" && tar czf "$OUT/server-logs.tgz" ./*.log)
+if [ -d "$WORK/profiles" ]; then  # e2e --profile-steps: the traces (one file back, < 16 MiB)
+  (cd "$WORK" && tar czf "$OUT/profiles.tgz" profiles)
+  [ "$(stat -c %s "$OUT/profiles.tgz")" -lt 15000000 ] || {
+    log "profiles.tgz too big: plain traces only"
+    (cd "$WORK" && tar czf "$OUT/profiles.tgz" profiles/*-gpu.trace.json.gz); }
+fi
 log "done rc=$rc"
 exit $rc

@@ -42,8 +42,10 @@ REPO = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 
 import greedy  # noqa: E402
+import profiling  # noqa: E402
 import results  # noqa: E402
 import sizing  # noqa: E402
+import trace_steps  # noqa: E402
 from server import Server, free_port, http_json, server_command  # noqa: E402
 
 
@@ -110,6 +112,13 @@ def build_parser():
                    help="extra launch_server argument (repeatable, e.g. "
                    "--server-arg=--enable-metrics)")
     r.add_argument("--no-bench", action="store_true", help="greedy check only")
+    r.add_argument("--profile-steps", type=int, default=0,
+                   help="after the greedy check, a torch-profiler trace of this many "
+                   "decode forwards per server (GPU activity only) -> \"profiles\"")
+    r.add_argument("--profile-stack-steps", type=int, default=0,
+                   help="and one of this many forwards with CPU ops and Python frames")
+    r.add_argument("--profile-concurrency", type=csv(int), default=[1],
+                   help="requests decoding during each profile (comma list)")
     r.add_argument("--bench-runner", choices=["worker", "process"], default="worker",
                    help="worker: one process imports sglang.bench_serving once and runs "
                    "it as `-m` per point (saves ~10 s a point); process: a new "
@@ -348,6 +357,7 @@ class Run:
         self.greedy_meta = {}
         self.commands = []
         self.server_starts = []
+        self.profiles = []
         self.errors = []
         self.fmap, self.prompts, self.model_meta = None, [], {}
         self.runner = BenchRunner(a.bench_runner, self.log)
@@ -423,6 +433,7 @@ class Run:
                 "greedy_runs": self.greedy_runs(),
                 "model": self.model_meta, "commands": self.commands,
                 "server_starts": self.server_starts,
+                "profiles": self.profiles,
                 "bench": {"input_len": self.a.input_len, "output_len": self.a.output_len,
                           "min_seconds": self.a.min_seconds, "seed": self.a.seed,
                           "dataset": "random-ids", "runner": self.runner.mode,
@@ -547,6 +558,8 @@ def serve_group(st, a, group, target, draft, vocab):
             st.log(f"  {m.tag} ready in {m.srv.start_s:.0f}s")
         for m in group:
             greedy_check(st, a, m)
+        for c, stack, m in profile_order(group, a):
+            profile_point(st, a, m, c, stack, vocab)
         if a.no_bench:
             return
         for rep, c, m in bench_order(group, a.repeats, a.concurrency):
@@ -564,6 +577,40 @@ def greedy_check(st, a, m):
     st.greedy_meta[m.greedy_key] = acc
     st.log(f"  {m.tag}: greedy {len(ids)}x{a.greedy_new_tokens} in {time.time() - t0:.1f}s"
            f", accept length {acc}")
+
+
+def profile_order(members, a):
+    """(concurrency, with_stack, member) of the profiles to take: for each
+    concurrency, the plain trace of every server, then the stack traces."""
+    kinds = [(False, a.profile_steps), (True, a.profile_stack_steps)]
+    return [(c, stack, m) for c in a.profile_concurrency
+            for stack, steps in kinds if steps for m in members]
+
+
+def profile_point(st, a, m, c, with_stack, vocab):
+    steps = a.profile_stack_steps if with_stack else a.profile_steps
+    kind = "stack" if with_stack else "gpu"
+    t0 = time.time()
+    try:
+        trace = profiling.capture(m.srv.url, os.path.join(a.work_dir, "profiles"), steps,
+                                  with_stack, c, vocab, input_len=a.input_len)
+        name = f"{m.tag}-c{c}-{kind}.trace.json.gz"
+        os.replace(trace, os.path.join(os.path.dirname(trace), name))
+        summary = trace_steps.summarize(
+            trace_steps.load(os.path.join(os.path.dirname(trace), name)), steps)
+    except Exception as e:  # a profile is evidence, not a gate: keep measuring
+        st.errors.append(f"profile {m.tag} c={c} {kind}: {e}"[:2000])
+        st.log(f"  {m.tag} c={c}: profile ({kind}) failed: {e}")
+        return
+    st.profiles.append({"variant": m.var, "attention_backend": m.be, "speculative": m.spec,
+                        "overlap": m.ov, "piecewise_cuda_graph": m.pw, "concurrency": c,
+                        "with_stack": with_stack, "trace": name, **summary})
+    st.log(f"  {m.tag} c={c}: profile ({kind}, {steps} forwards, {time.time() - t0:.0f}s): "
+           f"{summary['window_us_per_step']:.0f} us/forward, GPU busy "
+           f"{summary['gpu_busy_us_per_step']:.0f} us, idle {summary['gpu_idle_us_per_step']:.0f} us, "
+           f"D2H copies {summary['device_to_host_copies_per_step']}, host syncs "
+           f"{summary['host_sync_calls_per_step']} ({summary['host_sync_us_per_step']:.0f} us)")
+    st.write()
 
 
 def bench_point(st, a, m, rep, c, target, vocab):

@@ -55,9 +55,11 @@ def _key(entry, fields):
 
 
 SWEEP_KEY = ("variant", "preset", "accept_steps", "draft_accuracy", "spec_steps")
+PROFILE_KEY = RUN_KEY + ("with_stack",)
 GREEDY_RUN_KEY = GREEDY_KEY + ("speculative",)
 KEYED = (("runs", RUN_KEY), ("greedy_equivalence", GREEDY_KEY),
-         ("greedy_runs", GREEDY_RUN_KEY), ("accept_sweep", SWEEP_KEY))
+         ("greedy_runs", GREEDY_RUN_KEY), ("accept_sweep", SWEEP_KEY),
+         ("profiles", PROFILE_KEY))
 
 
 def merge(old, new):

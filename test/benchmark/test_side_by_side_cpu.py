@@ -18,7 +18,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 E2E = os.path.join(REPO, "benchmark", "e2e.py")
 
 LAUNCH_SERVER = textwrap.dedent('''
-    import http.server, json, os, sys, time
+    import gzip, http.server, json, os, sys, threading, time
     argv = sys.argv[1:]
     port = int(argv[argv.index("--port") + 1])
     spec = "--speculative-algorithm" in argv
@@ -46,6 +46,10 @@ LAUNCH_SERVER = textwrap.dedent('''
         def do_POST(self):
             n = int(self.headers.get("Content-Length") or 0)
             req = json.loads(self.rfile.read(n) or b"{}")
+            if self.path == "/start_profile":
+                note({"start_profile": req})
+                threading.Thread(target=write_trace, args=(req,)).start()
+                return self._send({"success": True})
             if self.path != "/generate":
                 return self._send({"success": True})
             ids = req["input_ids"]
@@ -57,6 +61,17 @@ LAUNCH_SERVER = textwrap.dedent('''
                                    "spec_verify_ct": (k // 2) if spec else 0}}
                     for p in batch]
             self._send(outs if batch is ids else outs[0])
+
+    def write_trace(req):
+        # like sglang: the trace appears once num_steps forwards have run.
+        # Each forward: a kernel of (port % 100) us, then 50 us of idle GPU
+        time.sleep(0.2)
+        busy = port % 100 + 10
+        ev = [{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7,
+               "ts": i * (busy + 50), "dur": busy} for i in range(req["num_steps"])]
+        name = f"{time.time()}-TP-0.trace.json.gz"
+        with gzip.open(os.path.join(req["output_dir"], name), "wt") as fh:
+            json.dump({"traceEvents": ev}, fh)
 
     time.sleep(0.5)  # a start-up that takes a moment
     srv = http.server.ThreadingHTTPServer(("127.0.0.1", port), H)
@@ -164,3 +179,29 @@ def test_side_by_side_needs_a_fixed_kv_pool(tmp_path):
     res = subprocess.run([sys.executable, E2E, "run", "--side-by-side"],
                          capture_output=True, text=True, timeout=60)
     assert res.returncode == 2 and "--max-total-tokens" in res.stderr
+
+
+def test_profiles_of_each_server_plain_then_with_stack(tmp_path):
+    events, data = _run(tmp_path, "--side-by-side", "--max-total-tokens", "1", "--no-bench",
+                        "--profile-steps", "6", "--profile-stack-steps", "2")
+    asked = [(e["port"], e["event"]["start_profile"]) for e in events
+             if isinstance(e["event"], dict)]
+    # both servers plain first, then both with Python stacks
+    assert [(r["activities"], r["with_stack"], r["num_steps"]) for _, r in asked] == [
+        (["GPU"], False, 6), (["GPU"], False, 6),
+        (["CPU", "GPU"], True, 2), (["CPU", "GPU"], True, 2)]
+    assert asked[0][0] != asked[1][0]
+    profiles = {(p["variant"], p["with_stack"]): p for p in data["profiles"]}
+    assert len(profiles) == 4 and not data.get("errors")
+    for (var, stack), p in profiles.items():
+        assert p["steps"] == (2 if stack else 6) and p["concurrency"] == 1
+        # the trace's own numbers: one kernel and one 50 us gap a forward
+        # (the last forward's gap is outside the window)
+        assert p["gpu_kernels_per_step"] == 1
+        idle = 50 * (p["steps"] - 1) / p["steps"]
+        assert p["gpu_idle_us_per_step"] == round(idle, 3)
+        assert p["trace"].endswith(("-gpu.trace.json.gz", "-stack.trace.json.gz"))
+        assert os.path.exists(tmp_path / "work" / "profiles" / p["trace"])
+    # each variant's profile came from its own server (kernel length = port)
+    assert profiles[("base", False)]["gpu_busy_us_per_step"] != \
+        profiles[("upstream-0.5.13", False)]["gpu_busy_us_per_step"]

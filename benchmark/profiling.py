@@ -1,0 +1,82 @@
+"""Take a torch-profiler trace of a running sglang server in steady decode.
+
+`capture()` keeps `concurrency` long greedy requests decoding, asks the
+server for a profile of the next `steps` scheduler forwards through its own
+`/start_profile` endpoint (sglang stops the profiler itself after that many
+forwards and writes `<id>-TP-0.trace.json.gz` into `out_dir`), waits for the
+trace file to be complete and returns its path.  benchmark/trace_steps.py
+reads it.  Standard library only.
+"""
+
+import glob
+import gzip
+import os
+import threading
+import time
+
+import greedy
+from server import http_json
+
+LEAD_S = 0.3  # prefill and the first decode steps happen before the window
+TOKENS_PER_STEP_MAX = 4  # EAGLE3 with 3 draft steps: at most 4 tokens a forward
+
+
+def _trace_done(path):
+    try:
+        with gzip.open(path, "rb") as fh:
+            while fh.read(1 << 20):
+                pass
+        return True
+    except (OSError, EOFError):
+        return False  # still being written
+
+
+def wait_for_trace(out_dir, before, timeout_s):
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        new = sorted(set(glob.glob(os.path.join(out_dir, "*.trace.json.gz"))) - before)
+        if new and _trace_done(new[-1]):
+            return new[-1]
+        time.sleep(1)
+    raise TimeoutError(f"no complete trace in {out_dir} after {timeout_s}s")
+
+
+def capture(url, out_dir, steps, with_stack, concurrency, vocab, input_len=256,
+            timeout_s=300):
+    """Profile `steps` forwards while `concurrency` requests decode.
+
+    with_stack=False records GPU activity and CUDA runtime calls only (no
+    Python tracer: step times stay close to an unprofiled server);
+    with_stack=True adds CPU ops and every Python frame (slow; for shares).
+    """
+    os.makedirs(out_dir, exist_ok=True)
+    before = set(glob.glob(os.path.join(out_dir, "*.trace.json.gz")))
+    # enough tokens that every request still decodes when the window ends,
+    # however slowly the profiled steps run
+    new_tokens = steps * TOKENS_PER_STEP_MAX + 2000
+    prompts = greedy.make_prompts(concurrency, vocab, seed=321, min_len=input_len,
+                                  max_len=input_len)
+    errors = []
+
+    def decode(p):
+        try:
+            http_json(url + "/generate", {"input_ids": p, "sampling_params": {
+                "temperature": 0.0, "max_new_tokens": new_tokens, "ignore_eos": True}},
+                timeout=timeout_s)
+        except Exception as e:  # reported after the trace is in
+            errors.append(e)
+
+    threads = [threading.Thread(target=decode, args=(p,), daemon=True) for p in prompts]
+    for th in threads:
+        th.start()
+    time.sleep(LEAD_S)
+    http_json(url + "/start_profile", {
+        "output_dir": out_dir, "num_steps": steps, "record_shapes": False,
+        "activities": ["CPU", "GPU"] if with_stack else ["GPU"],
+        "with_stack": with_stack}, timeout=60)
+    path = wait_for_trace(out_dir, before, timeout_s)
+    for th in threads:
+        th.join(timeout_s)
+    if errors:
+        raise RuntimeError(f"decode request failed during the profile: {errors[0]}")
+    return path

@@ -1,0 +1,247 @@
+"""Where a decode step's time goes, from a torch-profiler chrome trace.
+
+    python benchmark/trace_steps.py TRACE.json[.gz] --steps N
+
+The trace is what sglang's /start_profile writes (torch.profiler, exported
+as a chrome trace) over N scheduler forwards of steady decode.  This module
+answers one question: is the step bound by the GPU or by the host?
+
+- **GPU**: the union of all kernel / memcpy / memset intervals over the
+  window from the first to the last GPU event.  `gpu_idle_us_per_step` is
+  the time no GPU work ran; idle gaps are listed by size.
+- **Host calls**: CUDA runtime calls per step by name (graph launches,
+  kernel launches, synchronizes and how long the host sat in them), and the
+  device-to-host copies the GPU performed per step.
+- **Python** (only in a trace taken with `with_stack`): the scheduler
+  thread's Python frames.  Each GPU idle gap of >= 20 us is charged to the
+  innermost sglang frame the scheduler was in at the middle of the gap, and
+  to the scheduler-loop phase (the frame directly under `event_loop_*`)
+  around it: what the host was busy with while the GPU starved.  Python
+  tracing slows the host several-fold, so read these as shares, and take
+  per-step times from a trace without it.
+
+Standard library only, so a trace can be read anywhere.
+"""
+
+import argparse
+import bisect
+import collections
+import gzip
+import json
+
+GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
+RUNTIME_CATS = ("cuda_runtime", "cuda_driver")
+GAP_CHARGED_US = 20.0  # smaller gaps are launch latency, not host work
+GAP_BUCKETS_US = (5, 20, 50, 200, 1000)
+
+
+def load(path):
+    opener = gzip.open if path.endswith(".gz") else open
+    with opener(path, "rt") as fh:
+        data = json.load(fh)
+    return data["traceEvents"] if isinstance(data, dict) else data
+
+
+def complete(events, cats):
+    return [e for e in events if e.get("ph") == "X" and e.get("cat") in cats
+            and "dur" in e]
+
+
+def busy_intervals(gpu):
+    """Sorted, merged [start, end) intervals during which any GPU work ran."""
+    spans = sorted((float(e["ts"]), float(e["ts"]) + float(e["dur"])) for e in gpu)
+    merged = []
+    for s, t in spans:
+        if merged and s <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], t)
+        else:
+            merged.append([s, t])
+    return merged
+
+
+def idle_gaps(merged):
+    return [(a[1], b[0]) for a, b in zip(merged, merged[1:]) if b[0] > a[1]]
+
+
+def per_step(x, steps):
+    return round(x / steps, 3)
+
+
+def runtime_table(runtime, steps):
+    by = collections.defaultdict(lambda: [0, 0.0])
+    for e in runtime:
+        by[e["name"]][0] += 1
+        by[e["name"]][1] += float(e["dur"])
+    rows = sorted(by.items(), key=lambda kv: -kv[1][1])
+    return {name: {"calls_per_step": per_step(n, steps), "us_per_step": per_step(us, steps)}
+            for name, (n, us) in rows}
+
+
+def is_device_to_host(e):
+    n = e.get("name", "")
+    return e.get("cat") == "gpu_memcpy" and ("DtoH" in n or "Device -> Pinned" in n
+                                            or "Device -> Pageable" in n)
+
+
+class PythonStacks:
+    """The Python frames of one thread, queryable by time."""
+
+    def __init__(self, frames):
+        # outer frames first at equal start: a parent sorts before its child
+        self.frames = sorted(frames, key=lambda e: (float(e["ts"]), -float(e["dur"])))
+        self.starts = [float(e["ts"]) for e in self.frames]
+        self.parent = self._parents()
+
+    def _parents(self):
+        parent, open_ = {}, []
+        for i, e in enumerate(self.frames):
+            t = float(e["ts"])
+            while open_ and self._end(open_[-1]) <= t:
+                open_.pop()
+            parent[i] = open_[-1] if open_ else None
+            open_.append(i)
+        return parent
+
+    def _end(self, i):
+        e = self.frames[i]
+        return float(e["ts"]) + float(e["dur"])
+
+    def innermost_at(self, t):
+        """Index of the deepest frame running at time t, or None."""
+        i = bisect.bisect_right(self.starts, t) - 1
+        while i is not None and i >= 0:
+            if self._end(i) > t:
+                return i
+            i = self.parent[i]
+        return None
+
+    def chain(self, i):
+        out = []
+        while i is not None:
+            out.append(i)
+            i = self.parent[i]
+        return out  # innermost first
+
+    def name(self, i):
+        return self.frames[i]["name"]
+
+
+def short_frame(name):
+    """'/tmp/sp/sglang/srt/managers/scheduler.py(1234): run_batch' ->
+    'srt/managers/scheduler.py: run_batch' (no site, no line: comparable
+    between builds whose line numbers differ)."""
+    where, _, func = name.partition(": ")
+    if "(" in where:
+        where = where[:where.rindex("(")]
+    if "sglang/" in where:
+        where = where[where.rindex("sglang/") + len("sglang/"):]
+    return f"{where}: {func}" if func else where
+
+
+def is_sglang(name):
+    return "sglang/" in name.partition(": ")[0]
+
+
+def loop_phase(stacks, chain):
+    """The frame directly under the scheduler's event loop, if any."""
+    for child, parent in zip(chain, chain[1:]):
+        if ": event_loop_" in stacks.name(parent):
+            return short_frame(stacks.name(child))
+    return None
+
+
+def charge_gaps(gaps, stacks, steps):
+    """Idle-gap time (>= GAP_CHARGED_US) by innermost sglang frame and by
+    scheduler-loop phase of the host thread at the middle of each gap."""
+    by_frame = collections.Counter()
+    by_phase = collections.Counter()
+    for s, t in gaps:
+        if t - s < GAP_CHARGED_US:
+            continue
+        i = stacks.innermost_at((s + t) / 2)
+        chain = stacks.chain(i) if i is not None else []
+        frame = next((short_frame(stacks.name(j)) for j in chain
+                      if is_sglang(stacks.name(j))), "(no sglang frame)")
+        by_frame[frame] += t - s
+        by_phase[loop_phase(stacks, chain) or "(outside the loop)"] += t - s
+    top = lambda c: {k: per_step(v, steps) for k, v in c.most_common(15)}  # noqa: E731
+    return {"idle_us_per_step_by_frame": top(by_frame),
+            "idle_us_per_step_by_loop_phase": top(by_phase)}
+
+
+def phase_times(stacks, steps):
+    """Inclusive host time per step of each scheduler-loop phase."""
+    spent = collections.Counter()
+    for i, e in enumerate(stacks.frames):
+        p = stacks.parent[i]
+        if p is not None and ": event_loop_" in stacks.name(p):
+            spent[short_frame(e["name"])] += float(e["dur"])
+    return {k: per_step(v, steps) for k, v in spent.most_common(15)}
+
+
+def host_thread(runtime):
+    """The thread that launches the GPU work: the scheduler's."""
+    launches = collections.Counter((e.get("pid"), e.get("tid")) for e in runtime
+                                   if "Launch" in e.get("name", ""))
+    return launches.most_common(1)[0][0] if launches else None
+
+
+def python_frames_of_host(python, thread):
+    """The Python frames of the launching thread; if the trace files them
+    under other thread ids than the runtime calls, those of the thread with
+    the most frames (the scheduler loop)."""
+    key = lambda e: (e.get("pid"), e.get("tid"))  # noqa: E731
+    mine = [e for e in python if key(e) == thread]
+    if mine or not python:
+        return mine
+    busiest = collections.Counter(key(e) for e in python).most_common(1)[0][0]
+    return [e for e in python if key(e) == busiest]
+
+
+def summarize(events, steps):
+    gpu = complete(events, GPU_CATS)
+    if not gpu:
+        raise ValueError("no GPU events in the trace (was GPU activity profiled?)")
+    runtime = complete(events, RUNTIME_CATS)
+    merged = busy_intervals(gpu)
+    window = merged[-1][1] - merged[0][0]
+    busy = sum(t - s for s, t in merged)
+    gaps = idle_gaps(merged)
+    sizes = [t - s for s, t in gaps]
+    buckets = {f">={b}us": {"gaps_per_step": per_step(sum(1 for g in sizes if g >= b), steps),
+                            "idle_us_per_step": per_step(sum(g for g in sizes if g >= b), steps)}
+               for b in GAP_BUCKETS_US}
+    syncs = [e for e in runtime if "Synchronize" in e["name"]]
+    out = {
+        "steps": steps,
+        "window_us_per_step": per_step(window, steps),
+        "gpu_busy_us_per_step": per_step(busy, steps),
+        "gpu_idle_us_per_step": per_step(window - busy, steps),
+        "gpu_busy_fraction": round(busy / window, 4) if window else None,
+        "gpu_kernels_per_step": per_step(sum(1 for e in gpu if e["cat"] == "kernel"), steps),
+        "device_to_host_copies_per_step": per_step(sum(1 for e in gpu if is_device_to_host(e)), steps),
+        "idle_gaps": buckets,
+        "host_sync_calls_per_step": per_step(len(syncs), steps),
+        "host_sync_us_per_step": per_step(sum(float(e["dur"]) for e in syncs), steps),
+        "runtime_calls": runtime_table(runtime, steps),
+    }
+    python = complete(events, ("python_function",))
+    frames = python_frames_of_host(python, host_thread(runtime))
+    if frames:
+        stacks = PythonStacks(frames)
+        out["python"] = {"host_us_per_step_by_loop_phase": phase_times(stacks, steps),
+                         **charge_gaps(gaps, stacks, steps)}
+    return out
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("trace")
+    ap.add_argument("--steps", type=int, required=True,
+                    help="scheduler forwards the trace covers (/start_profile num_steps)")
+    a = ap.parse_args(argv)
+    print(json.dumps(summarize(load(a.trace), a.steps), indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,134 @@
+"""benchmark/trace_steps.py on a hand-made chrome trace whose answer is known."""
+
+import gzip
+import json
+import os
+import subprocess
+import sys
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(REPO, "benchmark"))
+
+import trace_steps  # noqa: E402
+
+SCHED = "/tmp/sp/sglang/srt/managers/scheduler.py"
+OUTPUT = "/tmp/sp/sglang/srt/managers/scheduler_output_processor_mixin.py"
+HOST = {"pid": 7, "tid": 11}
+
+
+def x(cat, name, ts, dur, **where):
+    return {"ph": "X", "cat": cat, "name": name, "ts": ts, "dur": dur, **(where or HOST)}
+
+
+def gpu(name, ts, dur, stream=7, cat="kernel"):
+    return x(cat, name, ts, dur, pid=0, tid=stream)
+
+
+def py(name, ts, dur, **where):
+    return x("python_function", name, ts, dur, **where)
+
+
+def two_step_trace():
+    """Two forwards over 0..800 us.  GPU: busy 0-200 (two streams overlap),
+    idle 200-500, busy 500-610 (a kernel, then a device->host copy), idle
+    610-700, busy 700-800.  The scheduler thread is in process_batch_result
+    (inside a torch call) during the first gap, in get_next_batch_to_run
+    during the second."""
+    return [
+        gpu("verify", 0, 100), gpu("draft", 100, 50), gpu("extend", 120, 80, stream=9),
+        gpu("sample", 500, 100),
+        gpu("Memcpy DtoH (Device -> Pinned)", 600, 10, cat="gpu_memcpy"),
+        gpu("draft", 700, 100),
+        x("cuda_runtime", "cudaGraphLaunch", 0, 10), x("cuda_runtime", "cudaGraphLaunch", 480, 10),
+        x("cuda_runtime", "cudaLaunchKernel", 495, 4), x("cuda_runtime", "cudaLaunchKernel", 690, 4),
+        x("cuda_runtime", "cudaStreamSynchronize", 150, 40),
+        py(f"{SCHED}(900): event_loop_overlap", 0, 800),
+        py(f"{SCHED}(1500): run_batch", 0, 250),
+        py(f"{SCHED}(1600): process_batch_result", 250, 270),
+        py(f"{OUTPUT}(10): process_batch_result_decode", 260, 250),
+        py("torch/_tensor.py(30): tolist", 300, 100),
+        py(f"{SCHED}(1200): get_next_batch_to_run", 520, 280),
+        # another thread's frames never count
+        py(f"{SCHED}(77): watchdog", 0, 800, pid=7, tid=99),
+        {"ph": "s", "cat": "ac2g", "name": "flow", "ts": 0, "pid": 7, "tid": 11},
+    ]
+
+
+def test_gpu_busy_idle_gaps_and_host_calls():
+    s = trace_steps.summarize(two_step_trace(), steps=2)
+    assert s["window_us_per_step"] == 400
+    assert s["gpu_busy_us_per_step"] == 205  # (200 + 110 + 100) / 2
+    assert s["gpu_idle_us_per_step"] == 195
+    assert s["gpu_busy_fraction"] == round(410 / 800, 4)
+    assert s["gpu_kernels_per_step"] == 2.5  # 5 kernels, the copy is no kernel
+    assert s["device_to_host_copies_per_step"] == 0.5
+    assert s["idle_gaps"][">=50us"] == {"gaps_per_step": 1, "idle_us_per_step": 195}
+    assert s["idle_gaps"][">=200us"] == {"gaps_per_step": 0.5, "idle_us_per_step": 150}
+    assert s["idle_gaps"][">=1000us"] == {"gaps_per_step": 0, "idle_us_per_step": 0}
+    assert s["host_sync_calls_per_step"] == 0.5 and s["host_sync_us_per_step"] == 20
+    assert s["runtime_calls"]["cudaGraphLaunch"] == {"calls_per_step": 1, "us_per_step": 10}
+    assert list(s["runtime_calls"])[0] == "cudaStreamSynchronize"  # most host time first
+
+
+def test_idle_gaps_are_charged_to_the_scheduler_frame_and_loop_phase():
+    p = trace_steps.summarize(two_step_trace(), steps=2)["python"]
+    # gap 1 (300 us) is inside torch's tolist: charged to the innermost
+    # sglang frame around it; gap 2 (90 us) to get_next_batch_to_run
+    assert p["idle_us_per_step_by_frame"] == {
+        "srt/managers/scheduler_output_processor_mixin.py: process_batch_result_decode": 150,
+        "srt/managers/scheduler.py: get_next_batch_to_run": 45}
+    assert p["idle_us_per_step_by_loop_phase"] == {
+        "srt/managers/scheduler.py: process_batch_result": 150,
+        "srt/managers/scheduler.py: get_next_batch_to_run": 45}
+    assert p["host_us_per_step_by_loop_phase"] == {
+        "srt/managers/scheduler.py: get_next_batch_to_run": 140,
+        "srt/managers/scheduler.py: process_batch_result": 135,
+        "srt/managers/scheduler.py: run_batch": 125}
+
+
+def test_small_gaps_are_launch_latency_not_charged():
+    ev = [gpu("a", 0, 100), gpu("b", 110, 100),  # a 10 us gap
+          x("cuda_runtime", "cudaLaunchKernel", 0, 5),
+          py(f"{SCHED}(1): event_loop_overlap", 0, 300),
+          py(f"{SCHED}(2): run_batch", 0, 300)]
+    s = trace_steps.summarize(ev, steps=1)
+    assert s["gpu_idle_us_per_step"] == 10
+    assert s["python"]["idle_us_per_step_by_frame"] == {}
+    assert s["python"]["host_us_per_step_by_loop_phase"] == {
+        "srt/managers/scheduler.py: run_batch": 300}
+
+
+def test_python_frames_filed_under_another_thread_id_are_found():
+    ev = [e for e in two_step_trace() if e.get("tid") != 99]
+    for e in ev:
+        if e["cat"] == "python_function":
+            e["tid"] = 12  # the runtime calls are on tid 11
+    p = trace_steps.summarize(ev, steps=2)["python"]
+    assert sum(p["idle_us_per_step_by_frame"].values()) == 195
+
+
+def test_no_python_section_without_stack_and_error_without_gpu():
+    plain = [e for e in two_step_trace() if e["cat"] != "python_function"]
+    assert "python" not in trace_steps.summarize(plain, steps=2)
+    try:
+        trace_steps.summarize([e for e in plain if e["pid"] == 7], steps=2)
+    except ValueError as e:
+        assert "no GPU events" in str(e)
+    else:
+        raise AssertionError("a trace without GPU events must be refused")
+
+
+def test_short_frame_drops_site_and_line():
+    assert trace_steps.short_frame(f"{SCHED}(1234): run_batch") == \
+        "srt/managers/scheduler.py: run_batch"
+    assert trace_steps.short_frame("torch/_tensor.py(30): tolist") == "torch/_tensor.py: tolist"
+    assert trace_steps.short_frame("<built-in method item>") == "<built-in method item>"
+
+
+def test_cli_reads_a_gzipped_trace(tmp_path):
+    path = tmp_path / "x-TP-0.trace.json.gz"
+    with gzip.open(path, "wt") as fh:
+        json.dump({"traceEvents": two_step_trace()}, fh)
+    out = subprocess.run([sys.executable, os.path.join(REPO, "benchmark", "trace_steps.py"),
+                          str(path), "--steps", "2"], capture_output=True, text=True, check=True)
+    assert json.loads(out.stdout)["gpu_idle_us_per_step"] == 195
