@@ -70,10 +70,13 @@ def capture(url, out_dir, steps, with_stack, concurrency, vocab, input_len=256,
     for th in threads:
         th.start()
     time.sleep(LEAD_S)
-    http_json(url + "/start_profile", {
-        "output_dir": out_dir, "num_steps": steps, "record_shapes": False,
-        "activities": ["CPU", "GPU"] if with_stack else ["GPU"],
-        "with_stack": with_stack}, timeout=60)
+    try:
+        http_json(url + "/start_profile", {
+            "output_dir": out_dir, "num_steps": steps, "record_shapes": False,
+            "activities": ["CPU", "GPU"] if with_stack else ["GPU"],
+            "with_stack": with_stack}, timeout=60)
+    except ValueError:
+        pass  # sglang answers "Start profiling." in plain text, not JSON
     path = wait_for_trace(out_dir, before, timeout_s)
     for th in threads:
         th.join(timeout_s)

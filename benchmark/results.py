@@ -92,16 +92,20 @@ def merge(old, new):
     return out
 
 
+# records that belong to one call: pooled calls keep all of them, labelled
+PER_CALL = ("greedy_equivalence", "greedy_runs", "server_starts", "profiles")
+
+
 def pool(old, new, label):
     """Merge `new` (one device call, named `label`) into `old` for the same
     machine: a point measured again in another call keeps both calls'
     repeats, re-summarized, and `calls` says which calls they came from.
-    Greedy records are all kept, each with its call: equal keys from two
-    calls are two separate checks (e.g. 64 and 16 prompts), not one.
+    Greedy records and profiles are all kept, each with its call: equal keys
+    from two calls are two separate checks (e.g. 64 and 16 prompts), not one.
     Pool only calls of one machine: repeats from two machines never mix.
     """
     new = dict(new)
-    for field in ("greedy_equivalence", "greedy_runs", "server_starts"):
+    for field in PER_CALL:
         new[field] = [dict(e, call=label) for e in new.get(field, [])]
     if old is None:
         out = dict(new)
@@ -121,9 +125,9 @@ def pool(old, new, label):
             r = dict(r, calls=[label])
         runs[k] = r
     out = merge(old, {k: v for k, v in new.items()
-                      if k not in ("runs", "greedy_equivalence", "greedy_runs")})
+                      if k not in ("runs",) + PER_CALL})
     out["runs"] = list(runs.values())
-    for field in ("greedy_equivalence", "greedy_runs", "server_starts"):
+    for field in PER_CALL:
         out[field] = old.get(field, []) + new[field]
     out["greedy_equivalence"] += equivalence_by_digest(out, new_label=label)
     return out

@@ -158,6 +158,20 @@ def test_pool_keeps_every_calls_repeats():
     results.validate(data)
 
 
+def test_pool_keeps_the_profiles_of_every_call():
+    prof = {"variant": "base", "attention_backend": "triton", "speculative": "EAGLE3",
+            "overlap": True, "piecewise_cuda_graph": True, "concurrency": 1,
+            "with_stack": False, "window_us_per_step": 4000.0}
+    one = dict(_data([]), profiles=[prof])
+    two = dict(_data([]), profiles=[dict(prof, window_us_per_step=4100.0)])
+    data = results.pool(results.pool(None, one, "call 1"), two, "call 2")
+    # the same server setting profiled in two calls: two records, not one
+    assert [(p["window_us_per_step"], p["call"]) for p in data["profiles"]] == [
+        (4000.0, "call 1"), (4100.0, "call 2")]
+    # a plain merge (one call's file written twice) replaces by key
+    assert len(results.merge(one, two)["profiles"]) == 1
+
+
 def test_cli_merge_pool_labels_calls(tmp_path):
     paths = []
     for i, tpots in enumerate(([1.0, 1.2, 1.1], [0.8])):
