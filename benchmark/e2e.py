@@ -34,7 +34,6 @@ import math
 import os
 import subprocess
 import sys
-import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -46,7 +45,7 @@ import profiling  # noqa: E402
 import results  # noqa: E402
 import sizing  # noqa: E402
 import trace_steps  # noqa: E402
-from server import Server, free_port, http_json, server_command  # noqa: E402
+from server import Server, free_port, server_command  # noqa: E402
 
 
 def csv(kind):
@@ -242,19 +241,8 @@ def probe_throughput(url, conc, input_len, output_len, vocab):
     """Output tok/s at `conc` parallel requests (also warms that batch size)."""
     prompts = greedy.make_prompts(conc, vocab, seed=123, min_len=input_len,
                                   max_len=input_len)
-    errors = []
-
-    def one(p):
-        try:
-            http_json(url + "/generate", {"input_ids": p, "sampling_params": {
-                "temperature": 0.0, "max_new_tokens": output_len, "ignore_eos": True}})
-        except Exception as e:  # reported below; the bench itself will fail loudly
-            errors.append(e)
-
     t0 = time.time()
-    threads = [threading.Thread(target=one, args=(p,)) for p in prompts]
-    for th in threads:
-        th.start()
+    threads, errors = greedy.decode_in_background(url, prompts, output_len)
     for th in threads:
         th.join()
     wall = time.time() - t0

@@ -7,8 +7,30 @@ the first differing position.  Standard library only.
 """
 
 import random
+import threading
 
 from server import http_json
+
+
+def decode_in_background(url, prompts, new_tokens, timeout=600):
+    """One greedy /generate request per prompt, each in its own (started)
+    thread, so that len(prompts) requests decode at once.  Returns the
+    threads and the list their exceptions are appended to: the caller joins
+    the threads and decides what a failure means."""
+    errors = []
+
+    def one(p):
+        try:
+            http_json(url + "/generate", {"input_ids": p, "sampling_params": {
+                "temperature": 0.0, "max_new_tokens": new_tokens, "ignore_eos": True}},
+                timeout=timeout)
+        except Exception as e:
+            errors.append(e)
+
+    threads = [threading.Thread(target=one, args=(p,), daemon=True) for p in prompts]
+    for th in threads:
+        th.start()
+    return threads, errors
 
 
 def make_prompts(n, vocab, seed=0, min_len=16, max_len=160):

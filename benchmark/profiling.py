@@ -11,7 +11,6 @@ reads it.  Standard library only.
 import glob
 import gzip
 import os
-import threading
 import time
 
 import greedy
@@ -56,19 +55,7 @@ def capture(url, out_dir, steps, with_stack, concurrency, vocab, input_len=256,
     new_tokens = steps * TOKENS_PER_STEP_MAX + 2000
     prompts = greedy.make_prompts(concurrency, vocab, seed=321, min_len=input_len,
                                   max_len=input_len)
-    errors = []
-
-    def decode(p):
-        try:
-            http_json(url + "/generate", {"input_ids": p, "sampling_params": {
-                "temperature": 0.0, "max_new_tokens": new_tokens, "ignore_eos": True}},
-                timeout=timeout_s)
-        except Exception as e:  # reported after the trace is in
-            errors.append(e)
-
-    threads = [threading.Thread(target=decode, args=(p,), daemon=True) for p in prompts]
-    for th in threads:
-        th.start()
+    threads, errors = greedy.decode_in_background(url, prompts, new_tokens, timeout_s)
     time.sleep(LEAD_S)
     try:
         http_json(url + "/start_profile", {
