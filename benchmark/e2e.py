@@ -583,9 +583,9 @@ def profile_point(st, a, m, c, with_stack, vocab):
         trace = profiling.capture(m.srv.url, os.path.join(a.work_dir, "profiles"), steps,
                                   with_stack, c, vocab, input_len=a.input_len)
         name = f"{m.tag}-c{c}-{kind}.trace.json.gz"
-        os.replace(trace, os.path.join(os.path.dirname(trace), name))
-        summary = trace_steps.summarize(
-            trace_steps.load(os.path.join(os.path.dirname(trace), name)), steps)
+        named = os.path.join(os.path.dirname(trace), name)  # which server, which kind
+        os.replace(trace, named)
+        summary = trace_steps.summarize(trace_steps.load(named), steps)
     except Exception as e:  # a profile is evidence, not a gate: keep measuring
         st.errors.append(f"profile {m.tag} c={c} {kind}: {e}"[:2000])
         st.log(f"  {m.tag} c={c}: profile ({kind}) failed: {e}")
