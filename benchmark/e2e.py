@@ -371,7 +371,7 @@ class Run:
         """What every greedy record says of one server's outputs."""
         var, be, ov, spec, pw = key
         r = {"variant": var, "attention_backend": be, "overlap": ov,
-             "piecewise_cuda_graph": pw, "prompts": len(ids),
+             "piecewise_cuda_graph": pw, "tp": self.a.tp, "prompts": len(ids),
              "accept_length": self.greedy_meta.get(key)}
         if self.fmap:
             r["prompts_off_constructed_f"] = self.prompts_off_chain(ids)
@@ -412,7 +412,7 @@ class Run:
         for key, samples in self.samples.items():
             if not samples:
                 continue
-            r = dict(zip(results.RUN_KEY, key))
+            r = dict(zip(results.RUN_KEY, key), tp=self.a.tp)
             r.update(results.summarize_point(samples))
             r["samples"] = samples
             runs.append(r)
@@ -592,7 +592,7 @@ def profile_point(st, a, m, c, with_stack, vocab):
         return
     st.profiles.append({"variant": m.var, "attention_backend": m.be, "speculative": m.spec,
                         "overlap": m.ov, "piecewise_cuda_graph": m.pw, "concurrency": c,
-                        "with_stack": with_stack, "trace": name, **summary})
+                        "tp": st.a.tp, "with_stack": with_stack, "trace": name, **summary})
     st.log(f"  {m.tag} c={c}: profile ({kind}, {steps} forwards, {time.time() - t0:.0f}s): "
            f"{summary['window_us_per_step']:.0f} us/forward, GPU busy "
            f"{summary['gpu_busy_us_per_step']:.0f} us, idle {summary['gpu_idle_us_per_step']:.0f} us, "

@@ -13,8 +13,10 @@ import re
 import statistics
 
 RUN_KEY = ("variant", "attention_backend", "speculative", "overlap",
-           "piecewise_cuda_graph", "concurrency")
-GREEDY_KEY = ("variant", "attention_backend", "overlap", "piecewise_cuda_graph")
+           "piecewise_cuda_graph", "concurrency", "tp")
+GREEDY_KEY = ("variant", "attention_backend", "overlap", "piecewise_cuda_graph", "tp")
+# key fields that older results files lack, and the value they then mean
+KEY_DEFAULTS = {"tp": 1}
 VARIANTS = ("base", "patched", "upstream-0.5.13")
 
 
@@ -51,7 +53,7 @@ def summarize_point(samples):
 
 
 def _key(entry, fields):
-    return tuple(entry.get(f) for f in fields)
+    return tuple(entry.get(f, KEY_DEFAULTS.get(f)) for f in fields)
 
 
 SWEEP_KEY = ("variant", "preset", "accept_steps", "draft_accuracy", "spec_steps")
@@ -142,17 +144,17 @@ def equivalence_by_digest(data, new_label=None):
     prompts needs the ids) and are left for the greedy_runs to show."""
     runs = data.get("greedy_runs", [])
     have = {(g.get("variant"), g.get("attention_backend"), g.get("overlap"),
-             g.get("piecewise_cuda_graph"), g.get("prompts"))
+             g.get("piecewise_cuda_graph"), g.get("prompts"), g.get("tp", 1))
             for g in data.get("greedy_equivalence", [])}
     out = []
     for e in runs:
         if e.get("speculative") != "EAGLE3":
             continue
         key = (e["variant"], e["attention_backend"], e["overlap"],
-               e.get("piecewise_cuda_graph"), e["prompts"])
+               e.get("piecewise_cuda_graph"), e["prompts"], e.get("tp", 1))
         refs = [r for r in runs if r.get("speculative") == "none"
-                and (r["variant"], r["attention_backend"], r["overlap"], r["prompts"])
-                == (e["variant"], e["attention_backend"], e["overlap"], e["prompts"])]
+                and (r["variant"], r["attention_backend"], r["overlap"], r["prompts"], r.get("tp", 1))
+                == (e["variant"], e["attention_backend"], e["overlap"], e["prompts"], e.get("tp", 1))]
         # the reference with the same piecewise setting first
         refs.sort(key=lambda r: r.get("piecewise_cuda_graph") != e.get("piecewise_cuda_graph"))
         if key in have or not refs:
@@ -165,7 +167,7 @@ def equivalence_by_digest(data, new_label=None):
         have.add(key)
         out.append({"variant": e["variant"], "attention_backend": e["attention_backend"],
                     "overlap": e["overlap"], "piecewise_cuda_graph": e.get("piecewise_cuda_graph"),
-                    "prompts": e["prompts"], "mismatched_prompts": 0,
+                    "prompts": e["prompts"], "mismatched_prompts": 0, "tp": e.get("tp", 1),
                     "by": "sha256", "sha256": e["sha256"],
                     "calls": [e.get("call"), ref.get("call")],
                     "reference_piecewise_cuda_graph": ref.get("piecewise_cuda_graph")})
@@ -212,6 +214,8 @@ def validate(data):
         need(r, "piecewise_cuda_graph", bool, w)
         need(r, "concurrency", int, w)
         need(r, "repeats", int, w)
+        if "tp" in r:  # older files lack it: tensor parallel 1
+            need(r, "tp", int, w)
         for k in ("tpot_ms_median", "itl_ms_median", "output_tok_per_s", "tpot_ms_spread"):
             need(r, k, (int, float), w)
         if r["accept_length"] is not None:
@@ -228,7 +232,8 @@ def validate(data):
 def _setting(r):
     pw = "pcg" if r["piecewise_cuda_graph"] else "no-pcg"
     ov = "" if r["overlap"] else " no-overlap"
-    return f"{r['variant']} {r['speculative']} {r['attention_backend']} {pw}{ov}"
+    tp = "" if r.get("tp", 1) == 1 else f" tp{r['tp']}"
+    return f"{r['variant']} {r['speculative']} {r['attention_backend']} {pw}{ov}{tp}"
 
 
 def table(data):
@@ -244,6 +249,7 @@ def table(data):
     for g in data["greedy_equivalence"]:
         pw = g.get("piecewise_cuda_graph")
         pw = "" if pw is None else (" pcg" if pw else " no-pcg")
+        pw += "" if g.get("tp", 1) == 1 else f" tp{g['tp']}"
         lines.append(f"greedy {g['variant']} {g['attention_backend']}{pw} overlap={g['overlap']}: "
                      f"{g['mismatched_prompts']}/{g['prompts']} prompts differ")
     for w in data.get("accept_sweep", []):

@@ -16,7 +16,7 @@ NOSPEC = ("base", "triton", True, "none", True)
 
 def _state(outputs):
     st = object.__new__(e2e.Run)
-    st.a = types.SimpleNamespace(greedy_new_tokens=2)
+    st.a = types.SimpleNamespace(greedy_new_tokens=2, tp=2)
     st.fmap = None
     st.greedy_out = dict(outputs)
     st.greedy_meta = {EAGLE: 2.9}
@@ -27,7 +27,7 @@ def test_equivalence_entry_counts_the_differing_prompts():
     st = _state({EAGLE: [[1, 2], [3, 4]], NOSPEC: [[1, 2], [3, 5]]})
     (entry,) = st.greedy_entries()
     assert entry["variant"] == "base" and entry["overlap"] is True
-    assert entry["piecewise_cuda_graph"] is True
+    assert entry["piecewise_cuda_graph"] is True and entry["tp"] == 2
     assert (entry["prompts"], entry["mismatched_prompts"]) == (2, 1)
     assert entry["mismatches"][0]["prompt"] == 1
     assert entry["accept_length"] == 2.9 and entry["new_tokens"] == 2

@@ -213,3 +213,15 @@ def test_pool_checks_greedy_across_calls_by_digest():
     # pooling a third call adds no second entry for the same pair
     again = results.pool(data, dict(_data([]), greedy_runs=[]), "call 3")
     assert len(again["greedy_equivalence"]) == 1
+
+
+def test_tensor_parallel_size_is_part_of_a_runs_key():
+    tp1, tp2 = _run(tpot=1.0), dict(_run(tpot=1.3), tp=2)
+    merged = results.merge(_data([tp1]), _data([tp2]))
+    assert sorted(r.get("tp", 1) for r in merged["runs"]) == [1, 2]
+    # an older file's run has no "tp": it is tensor parallel 1, replaced by a new tp=1 run
+    again = results.merge(merged, _data([dict(_run(tpot=0.7), tp=1)]))
+    assert sorted((r.get("tp", 1), r["tpot_ms_median"]) for r in again["runs"]) == [(1, 0.7), (2, 1.3)]
+    assert "tp2" in results.table(_data([tp2])) and "tp" not in results.table(_data([tp1])).split("\n", 1)[1]
+    with pytest.raises(ValueError, match="tp"):
+        results.validate(_data([dict(tp1, tp="2")]))
