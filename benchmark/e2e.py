@@ -580,24 +580,30 @@ def profile_point(st, a, m, c, with_stack, vocab):
     kind = "stack" if with_stack else "gpu"
     t0 = time.time()
     try:
-        trace = profiling.capture(m.srv.url, os.path.join(a.work_dir, "profiles"), steps,
-                                  with_stack, c, vocab, input_len=a.input_len)
-        name = f"{m.tag}-c{c}-{kind}.trace.json.gz"
-        named = os.path.join(os.path.dirname(trace), name)  # which server, which kind
-        os.replace(trace, named)
-        summary = trace_steps.summarize(trace_steps.load(named), steps)
+        traces = profiling.capture(m.srv.url, os.path.join(a.work_dir, "profiles"), steps,
+                                   with_stack, c, vocab, input_len=a.input_len, ranks=a.tp)
+        summaries = {}
+        for rank, trace in traces.items():
+            rk = "" if a.tp == 1 else f"-rank{rank}"
+            name = f"{m.tag}-c{c}-{kind}{rk}.trace.json.gz"
+            named = os.path.join(os.path.dirname(trace), name)  # which server, kind, rank
+            os.replace(trace, named)
+            summaries[rank] = (name, trace_steps.summarize(trace_steps.load(named), steps))
     except Exception as e:  # a profile is evidence, not a gate: keep measuring
         st.errors.append(f"profile {m.tag} c={c} {kind}: {e}"[:2000])
         st.log(f"  {m.tag} c={c}: profile ({kind}) failed: {e}")
         return
-    st.profiles.append({"variant": m.var, "attention_backend": m.be, "speculative": m.spec,
-                        "overlap": m.ov, "piecewise_cuda_graph": m.pw, "concurrency": c,
-                        "tp": st.a.tp, "with_stack": with_stack, "trace": name, **summary})
-    st.log(f"  {m.tag} c={c}: profile ({kind}, {steps} forwards, {time.time() - t0:.0f}s): "
-           f"{summary['window_us_per_step']:.0f} us/forward, GPU busy "
-           f"{summary['gpu_busy_us_per_step']:.0f} us, idle {summary['gpu_idle_us_per_step']:.0f} us, "
-           f"D2H copies {summary['device_to_host_copies_per_step']}, host syncs "
-           f"{summary['host_sync_calls_per_step']} ({summary['host_sync_us_per_step']:.0f} us)")
+    for rank, (name, summary) in summaries.items():
+        st.profiles.append({"variant": m.var, "attention_backend": m.be, "speculative": m.spec,
+                            "overlap": m.ov, "piecewise_cuda_graph": m.pw, "concurrency": c,
+                            "tp": a.tp, "rank": rank, "with_stack": with_stack, "trace": name,
+                            **summary})
+        st.log(f"  {m.tag} c={c} rank {rank}: profile ({kind}, {steps} forwards, "
+               f"{time.time() - t0:.0f}s): "
+               f"{summary['window_us_per_step']:.0f} us/forward, GPU busy "
+               f"{summary['gpu_busy_us_per_step']:.0f} us, idle {summary['gpu_idle_us_per_step']:.0f} us, "
+               f"D2H copies {summary['device_to_host_copies_per_step']}, host syncs "
+               f"{summary['host_sync_calls_per_step']} ({summary['host_sync_us_per_step']:.0f} us)")
     st.write()
 
 

@@ -3,14 +3,16 @@
 `capture()` keeps `concurrency` long greedy requests decoding, asks the
 server for a profile of the next `steps` scheduler forwards through its own
 `/start_profile` endpoint (sglang stops the profiler itself after that many
-forwards and writes `<id>-TP-0.trace.json.gz` into `out_dir`), waits for the
-trace file to be complete and returns its path.  benchmark/trace_steps.py
-reads it.  Standard library only.
+forwards and writes one `<id>-TP-<rank>.trace.json.gz` per tensor-parallel
+rank into `out_dir`), waits until every rank's trace is complete and returns
+their paths by rank.  benchmark/trace_steps.py reads them.  Standard library
+only.
 """
 
 import glob
 import gzip
 import os
+import re
 import time
 
 import greedy
@@ -30,18 +32,26 @@ def _trace_done(path):
         return False  # still being written
 
 
-def wait_for_trace(out_dir, before, timeout_s):
+def trace_rank(path):
+    """The tensor-parallel rank a trace file is from (sglang names it -TP-<rank>)."""
+    m = re.search(r"-TP-(\d+)", os.path.basename(path))
+    return int(m.group(1)) if m else 0
+
+
+def wait_for_traces(out_dir, before, ranks, timeout_s):
+    """{rank: path} once all `ranks` ranks' new traces are complete."""
     deadline = time.time() + timeout_s
     while time.time() < deadline:
         new = sorted(set(glob.glob(os.path.join(out_dir, "*.trace.json.gz"))) - before)
-        if new and _trace_done(new[-1]):
-            return new[-1]
+        by_rank = {trace_rank(p): p for p in new}
+        if len(by_rank) >= ranks and all(_trace_done(p) for p in by_rank.values()):
+            return dict(sorted(by_rank.items()))
         time.sleep(1)
-    raise TimeoutError(f"no complete trace in {out_dir} after {timeout_s}s")
+    raise TimeoutError(f"no complete trace of all {ranks} ranks in {out_dir} after {timeout_s}s")
 
 
 def capture(url, out_dir, steps, with_stack, concurrency, vocab, input_len=256,
-            timeout_s=300):
+            timeout_s=300, ranks=1):
     """Profile `steps` forwards while `concurrency` requests decode.
 
     with_stack=False records GPU activity and CUDA runtime calls only (no
@@ -64,9 +74,9 @@ def capture(url, out_dir, steps, with_stack, concurrency, vocab, input_len=256,
             "with_stack": with_stack}, timeout=60)
     except ValueError:
         pass  # sglang answers "Start profiling." in plain text, not JSON
-    path = wait_for_trace(out_dir, before, timeout_s)
+    paths = wait_for_traces(out_dir, before, ranks, timeout_s)
     for th in threads:
         th.join(timeout_s)
     if errors:
         raise RuntimeError(f"decode request failed during the profile: {errors[0]}")
-    return path
+    return paths

@@ -16,7 +16,7 @@ RUN_KEY = ("variant", "attention_backend", "speculative", "overlap",
            "piecewise_cuda_graph", "concurrency", "tp")
 GREEDY_KEY = ("variant", "attention_backend", "overlap", "piecewise_cuda_graph", "tp")
 # key fields that older results files lack, and the value they then mean
-KEY_DEFAULTS = {"tp": 1}
+KEY_DEFAULTS = {"tp": 1, "rank": 0}
 VARIANTS = ("base", "patched", "upstream-0.5.13")
 
 
@@ -57,7 +57,7 @@ def _key(entry, fields):
 
 
 SWEEP_KEY = ("variant", "preset", "accept_steps", "draft_accuracy", "spec_steps")
-PROFILE_KEY = RUN_KEY + ("with_stack",)
+PROFILE_KEY = RUN_KEY + ("with_stack", "rank")
 GREEDY_RUN_KEY = GREEDY_KEY + ("speculative",)
 KEYED = (("runs", RUN_KEY), ("greedy_equivalence", GREEDY_KEY),
          ("greedy_runs", GREEDY_RUN_KEY), ("accept_sweep", SWEEP_KEY),

@@ -22,6 +22,7 @@ LAUNCH_SERVER = textwrap.dedent('''
     argv = sys.argv[1:]
     port = int(argv[argv.index("--port") + 1])
     spec = "--speculative-algorithm" in argv
+    tp = int(argv[argv.index("--tp") + 1]) if "--tp" in argv else 1
     journal = os.environ["FAKE_JOURNAL"]
 
     def note(event):
@@ -65,13 +66,16 @@ LAUNCH_SERVER = textwrap.dedent('''
     def write_trace(req):
         # like sglang: the trace appears once num_steps forwards have run.
         # Each forward: a kernel of (port % 100) us, then 50 us of idle GPU
+        # one trace per tensor-parallel rank; rank r's kernels are r us longer
         time.sleep(0.2)
-        busy = port % 100 + 10
-        ev = [{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7,
-               "ts": i * (busy + 50), "dur": busy} for i in range(req["num_steps"])]
-        name = f"{time.time()}-TP-0.trace.json.gz"
-        with gzip.open(os.path.join(req["output_dir"], name), "wt") as fh:
-            json.dump({"traceEvents": ev}, fh)
+        stamp = time.time()
+        for rank in range(tp):
+            busy = port % 100 + 10 + rank
+            ev = [{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7,
+                   "ts": i * (busy + 50), "dur": busy} for i in range(req["num_steps"])]
+            name = f"{stamp}-TP-{rank}.trace.json.gz"
+            with gzip.open(os.path.join(req["output_dir"], name), "wt") as fh:
+                json.dump({"traceEvents": ev}, fh)
 
     time.sleep(0.5)  # a start-up that takes a moment
     srv = http.server.ThreadingHTTPServer(("127.0.0.1", port), H)
@@ -205,3 +209,17 @@ def test_profiles_of_each_server_plain_then_with_stack(tmp_path):
     # each variant's profile came from its own server (kernel length = port)
     assert profiles[("base", False)]["gpu_busy_us_per_step"] != \
         profiles[("upstream-0.5.13", False)]["gpu_busy_us_per_step"]
+
+
+def test_profiles_of_every_tensor_parallel_rank(tmp_path):
+    _, data = _run(tmp_path, "--side-by-side", "--max-total-tokens", "1", "--no-bench",
+                   "--profile-steps", "4", "--tp", "2")
+    assert not data.get("errors")
+    by = {(p["variant"], p["rank"]): p for p in data["profiles"]}
+    assert sorted(by) == [("base", 0), ("base", 1), ("upstream-0.5.13", 0), ("upstream-0.5.13", 1)]
+    for (var, rank), p in by.items():
+        assert p["tp"] == 2 and p["trace"].endswith(f"-gpu-rank{rank}.trace.json.gz")
+        assert os.path.exists(tmp_path / "work" / "profiles" / p["trace"])
+    # each rank's numbers come from its own trace
+    assert by[("base", 1)]["gpu_busy_us_per_step"] == by[("base", 0)]["gpu_busy_us_per_step"] + 1
+    assert all(g["tp"] == 2 for g in data["greedy_runs"])
