@@ -1,7 +1,7 @@
 """Patch P3: FutureMap's pinned host copy of the relayed seq_lens.
 
 On CUDA, `resolve_seq_lens_cpu` gates a private copy stream on
-`publish_ready`, copies the relay buffer into a pinned host buffer
+the publish events of the batch, copies the relay buffer into a pinned host buffer
 non-blocking, synchronizes that stream only, and picks the batch's rows by
 `ScheduleBatch.req_pool_indices_cpu`. Elsewhere it keeps a plain `.cpu()`.
 The CUDA stream/event objects are replaced by recording fakes here (no GPU),
@@ -11,7 +11,6 @@ the real pinned memory and stream are not exercised on CPU.
 ScheduleBatch transition that sets them.
 """
 
-import contextlib
 import unittest
 from types import SimpleNamespace
 from unittest import mock
@@ -35,6 +34,7 @@ from schedule_batch_fakes import (  # noqa: E402
     fake_req_to_token_pool,
     spec_v2_decode_batch,
 )
+from stream_fakes import use_fake_streams  # noqa: E402
 
 
 def _pool():
@@ -45,52 +45,6 @@ def _batch(slots, lens, with_cpu_indices=True):
     return spec_v2_decode_batch(
         slots, lens, algo=SpeculativeAlgorithm.EAGLE, with_cpu_indices=with_cpu_indices
     )
-
-
-class _Log(list):
-    pass
-
-
-class _FakeEvent:
-    def __init__(self, log):
-        self.log = log
-
-    def record(self):
-        self.log.append("record")
-
-
-class _FakeStream:
-    def __init__(self, name, log):
-        self.name, self.log = name, log
-
-    def wait_event(self, event):
-        self.log.append(f"{self.name}.wait_event")
-
-    def synchronize(self):
-        self.log.append(f"{self.name}.synchronize")
-
-
-class _FakeDeviceModule:
-    """Stands in for torch.cuda: streams, events and a stream context."""
-
-    def __init__(self, log):
-        self.log = log
-        self.schedule_stream = _FakeStream("schedule", log)
-        self.active = self.schedule_stream
-        self.Event = lambda: _FakeEvent(log)
-
-    def current_stream(self):
-        return self.active
-
-    @contextlib.contextmanager
-    def stream(self, s):
-        prev, self.active = self.active, s
-        self.log.append(f"enter {s.name}")
-        try:
-            yield
-        finally:
-            self.active = prev
-            self.log.append(f"exit {s.name}")
 
 
 class _RecordingHostBuffer:
@@ -112,16 +66,13 @@ class _RecordingHostBuffer:
 
 def _cuda_like_future_map():
     """A CPU FutureMap wired like the CUDA one (pinned buffer + copy stream)."""
-    log = _Log()
     fm = FutureMap(torch.device("cpu"), SpeculativeAlgorithm.EAGLE, _pool())
-    dm = _FakeDeviceModule(log)
-    fm.device_module = dm
-    fm._has_events = True
-    fm.seq_lens_copy_stream = _FakeStream("copy", log)
+    dm = use_fake_streams(fm)
+    fm.seq_lens_copy_stream = dm.Stream("copy")
 
     copies = []
-    fm.new_seq_lens_cpu_pinned = _RecordingHostBuffer(fm.buffer_len, dm, log, copies)
-    return fm, log, copies
+    fm.new_seq_lens_cpu_pinned = _RecordingHostBuffer(fm.buffer_len, dm, dm.log, copies)
+    return fm, dm.log, copies
 
 
 class TestHostCopyOffCuda(CustomTestCase):

@@ -4,7 +4,7 @@ The forward writes (`publish` new seq_lens, `stash` sampled tokens or draft
 extras) into the rows of the batch's req_pool_indices; the next iteration
 reads them back by the same slots (`resolve_seq_lens_cpu` on the schedule
 side, `resolve_future` on the forward stream). CPU tensors stand in for the
-device ones; on CPU there are no events, so `publish_ready` stays None.
+device ones; on CPU there are no events, so a publish records none.
 """
 
 import unittest
@@ -90,7 +90,7 @@ class TestFutureMapRelay(CustomTestCase):
         fm.publish(fi, torch.tensor([17, 9], dtype=torch.int32))
         self.assertTrue(fi.seq_lens_pending)
         self.assertEqual(fm.new_seq_lens_buf[[5, 2]].tolist(), [17, 9])
-        self.assertIsNone(fm.publish_ready)  # no events on CPU
+        self.assertEqual(fi.publish_events, ())  # no events on CPU
         batch = _spec_batch(fi, [16, 8])
         fm.resolve_seq_lens_cpu(batch)
         self.assertEqual(batch.seq_lens_cpu.tolist(), [17, 9])

@@ -1,7 +1,7 @@
 """Patch P1: the spec v2 decode step must not make the host wait for the
 previous forward.
 
-The schedule stream waits on the relay's `publish_ready` (a stream wait).
+The schedule stream waits on the batch's publish event (a stream wait).
 Two things keep that from turning into a host wait on the whole previous
 forward (measured on an H200, docs/patches/0003-*.md):
 1. the worker publishes the new lengths right after the verify, through the

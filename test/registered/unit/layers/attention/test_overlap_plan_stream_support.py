@@ -252,6 +252,9 @@ class TestEagleV2WorkersRefuseAtStartup(CustomTestCase):
             ("sglang.srt.speculative.eagle_worker_v2", "EAGLEWorkerV2", "EagleDraftWorker"),
             ("sglang.srt.speculative.multi_layer_eagle_worker_v2",
              "MultiLayerEagleWorkerV2", "MultiLayerEagleDraftWorker"),
+            # its own __init__, not EAGLEWorkerV2's: it must refuse as well
+            ("sglang.srt.speculative.standalone_worker_v2",
+             "StandaloneWorkerV2", "StandaloneDraftWorker"),
         ]
         for worker in workers:
             with self.subTest(worker=worker[1]):

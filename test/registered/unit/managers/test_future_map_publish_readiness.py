@@ -1,0 +1,134 @@
+"""FutureMap: a resolve waits for the publish of its own batch's rows.
+
+Each publish records a new event on its stream and the batch's FutureIndices
+keeps it; `resolve_seq_lens_cpu` (and the pinned host copy) wait on exactly
+those events. The case that needs it: a disaggregated decode server's
+`process_prebuilt` publishes a new batch's known lengths on the schedule
+stream while the running batch's verify is still writing its rows on the
+forward stream; the running batch's resolve in the same iteration must wait
+for that verify, not for the prebuilt publish (a shared event re-recorded by
+every publish did the latter, reading lengths one verify behind on device
+and host alike). Streams and events are recording fakes (no GPU); every
+event remembers the stream and the step of its last record.
+"""
+
+import unittest
+
+import torch
+
+from sglang.test.ci.ci_register import register_cpu_ci
+from sglang.test.test_utils import CustomTestCase, maybe_stub_sgl_kernel
+
+register_cpu_ci(est_time=5, suite="stage-a-test-cpu")
+maybe_stub_sgl_kernel()
+
+from sglang.srt.managers.overlap_utils import FutureMap  # noqa: E402
+from sglang.srt.speculative.spec_info import SpeculativeAlgorithm  # noqa: E402
+
+from schedule_batch_fakes import (  # noqa: E402
+    POOL,
+    fake_req_to_token_pool,
+    spec_v2_decode_batch,
+)
+from stream_fakes import use_fake_streams  # noqa: E402
+
+
+def _batch(slots, lens):
+    return spec_v2_decode_batch(slots, lens, algo=SpeculativeAlgorithm.EAGLE3)
+
+
+def _relay():
+    fm = FutureMap(
+        torch.device("cpu"), SpeculativeAlgorithm.EAGLE3, fake_req_to_token_pool(POOL, 16)
+    )
+    return fm, use_fake_streams(fm)
+
+
+class _PinnedBuffer:
+    """The pinned host buffer: filled by copy_, indexed like a tensor."""
+
+    def __init__(self, n):
+        self.data = torch.zeros(n, dtype=torch.int64)
+
+    def copy_(self, src, non_blocking=False):
+        self.data.copy_(src)
+
+    def __getitem__(self, idx):
+        return self.data[idx]
+
+
+def _publish(fm, dm, batch, lens, *, stream, label, relayed=True):
+    """Publish `lens` for `batch` as the step `label` running on `stream`."""
+    dm.label = label
+    with dm.stream(getattr(dm, f"{stream}_stream")):
+        fm.publish(batch.spec_info.future_indices, torch.tensor(lens), relayed=relayed)
+    dm.label = None
+
+
+class TestResolveWaitsForItsOwnPublish(CustomTestCase):
+    def test_disagg_prebuilt_publish_does_not_stand_in_for_the_verify(self):
+        fm, dm = _relay()
+        running = _batch([1, 2], [10, 20])
+        # The running batch's verify publishes on the forward stream...
+        _publish(fm, dm, running, [12, 23], stream="forward", label="verify")
+        # ...then, in the next iteration, process_prebuilt seeds the relay for
+        # a new disaggregated batch on the schedule stream (lengths known).
+        prebuilt = _batch([5], [7])
+        _publish(fm, dm, prebuilt, [7], stream="schedule", label="prebuilt", relayed=False)
+        dm.waits.clear()
+
+        fm.resolve_seq_lens_cpu(running)
+
+        self.assertEqual(dm.waits, [("schedule", ("forward", "verify"))])
+        self.assertEqual(running.seq_lens_cpu.tolist(), [12, 23])
+
+    def test_a_prefill_publish_does_not_delay_a_decode_resolve(self):
+        fm, dm = _relay()
+        running = _batch([1, 2], [10, 20])
+        _publish(fm, dm, running, [11, 21], stream="forward", label="verify")
+        prefill = _batch([3], [4])
+        _publish(fm, dm, prefill, [4], stream="forward", label="prefill", relayed=False)
+        dm.waits.clear()
+
+        fm.resolve_seq_lens_cpu(running)
+
+        # only the verify: the prefill forward launched after it is not waited for
+        self.assertEqual(dm.waits, [("schedule", ("forward", "verify"))])
+
+    def test_merged_batch_waits_for_both_sides(self):
+        fm, dm = _relay()
+        running = _batch([1, 2], [10, 20])
+        _publish(fm, dm, running, [11, 21], stream="forward", label="verify")
+        prebuilt = _batch([5], [7])
+        _publish(fm, dm, prebuilt, [7], stream="schedule", label="prebuilt", relayed=False)
+        # merged unresolved (a path that merges first): resolved as a whole
+        running.merge_batch(prebuilt)
+        dm.waits.clear()
+
+        fm.resolve_seq_lens_cpu(running)
+
+        self.assertEqual(
+            sorted(dm.waits),
+            [("schedule", ("forward", "verify")), ("schedule", ("schedule", "prebuilt"))],
+        )
+        self.assertEqual(running.seq_lens_cpu.tolist(), [11, 21, 7])
+
+    def test_pinned_copy_stream_waits_for_the_batchs_publish(self):
+        fm, dm = _relay()
+        fm.seq_lens_copy_stream = dm.Stream("copy")
+        fm.new_seq_lens_cpu_pinned = _PinnedBuffer(fm.buffer_len)
+        running = _batch([1, 2], [10, 20])
+        _publish(fm, dm, running, [13, 24], stream="forward", label="verify")
+        prebuilt = _batch([5], [7])
+        _publish(fm, dm, prebuilt, [7], stream="schedule", label="prebuilt", relayed=False)
+        dm.waits.clear()
+
+        fm.resolve_seq_lens_cpu(running)
+
+        self.assertIn(("copy", ("forward", "verify")), dm.waits)
+        self.assertNotIn(("copy", ("schedule", "prebuilt")), dm.waits)
+        self.assertEqual(running.seq_lens_cpu.tolist(), [13, 24])
+
+
+if __name__ == "__main__":
+    unittest.main()
