@@ -37,6 +37,12 @@ def cell(v):
 
 
 def table(header, rows):
+    """A Markdown table; a column that is empty in every row is left out."""
+    rows = [list(r) for r in rows]
+    keep = [i for i in range(len(header)) if any(r[i] is not None for r in rows)] \
+        if rows else list(range(len(header)))
+    header = [header[i] for i in keep]
+    rows = [[r[i] for i in keep] for r in rows]
     out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     out += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
     return "\n".join(out)
