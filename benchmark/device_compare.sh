@@ -18,7 +18,8 @@
 # usage: OUT=dir [SYNC_TRACE=1] [SIDE_BY_SIDE=K] benchmark/device_compare.sh KIT BUDGET_S VARIANTS [e2e run options]
 #   e.g. benchmark/device_compare.sh .kit 560 base,patched --piecewise default \
 #          --concurrency 1,8,32 --repeats 3 --min-seconds 8
-# Returns under $OUT: the results JSON (+ PNG if matplotlib is there),
+# Returns under $OUT (the folder whose files come back from the GPU machine,
+# benchmark/kit/README.md): the results JSON (+ PNG if matplotlib is there),
 # compare.log, env.txt, probe.tgz (SYNC_TRACE), server-logs.tgz and
 # profiles.tgz (e2e --profile-steps: the torch-profiler traces).
 KIT=$1

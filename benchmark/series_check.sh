@@ -10,7 +10,8 @@
 #   - the startup refusal of flashinfer with SGLANG_ENABLE_OVERLAP_PLAN_STREAM=1
 #     (patch 0001; SKIP_REFUSAL=1 skips it)
 # usage: OUT=dir [SKIP_REFUSAL=1] [STALE_PLAN_CHECK=1] benchmark/series_check.sh KIT_DIR [BUDGET_S]
-# Everything lands in $OUT/series-check.tgz (+ summary.txt), so a call cut
+# Everything lands in $OUT/series-check.tgz (+ summary.txt; $OUT: the folder
+# that comes back, benchmark/kit/README.md), so a call cut
 # short by its time limit still returns what was done.
 KIT=$1
 LOG_NAME=series-check.log
