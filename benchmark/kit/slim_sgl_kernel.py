@@ -19,7 +19,9 @@ Drops: sgl_kernel/flash_ops.abi3.so (FA3, ~1 GB), sgl_kernel/sm100/ (Blackwell),
        cubin fails only if one of its kernels is launched: a run that needs another variant
        dies with "invalid device function" / "no kernel image" — widen the rule then.
 """
-import base64, hashlib, io, re, struct, subprocess, sys, zipfile, os, tempfile
+import base64, hashlib, os, re, struct, sys, zipfile
+
+import fatbin  # beside this script
 
 FA3 = "sgl_kernel/flash_ops.abi3.so"
 
@@ -35,45 +37,6 @@ def keep(name, fa3=False):
     if ".dist-info/" in name:
         return not name.endswith("/RECORD")
     return False
-
-def zero_foreign_cubins(blob, keep_arch=90):
-    # locate .nv_fatbin via readelf (section offset/size)
-    with tempfile.NamedTemporaryFile(delete=False) as f:
-        f.write(blob); p = f.name
-    out = subprocess.check_output(["readelf", "-S", "-W", p]).decode(); os.unlink(p)
-    off = size = None
-    for line in out.splitlines():
-        if ".nv_fatbin" in line:
-            parts = line.split("]")[1].split()
-            off, size = int(parts[3], 16), int(parts[4], 16)
-    assert off is not None
-    b = bytearray(blob); pos = off; end_sec = off + size; zeroed = kept = 0
-    while pos < end_sec - 16:
-        magic, ver, hsz, fsz = struct.unpack_from("<IHHQ", b, pos)
-        if magic != 0xBA55ED50:
-            pos += 8; continue
-        e = pos + hsz; end = pos + hsz + fsz
-        while e < end:
-            kind, _v, ehs, psz = struct.unpack_from("<HHIQ", b, e)
-            arch = struct.unpack_from("<I", b, e + 28)[0]
-            if arch != keep_arch:
-                b[e + ehs:e + ehs + psz] = bytes(psz); zeroed += psz
-            else:
-                kept += psz
-            e += ehs + psz
-        pos = end
-    print(f"  fatbin: kept {kept/1e6:.1f} MB sm{keep_arch}, zeroed {zeroed/1e6:.1f} MB")
-    return bytes(b)
-
-def _fatbin_section(blob):
-    with tempfile.NamedTemporaryFile(delete=False) as f:
-        f.write(blob); p = f.name
-    out = subprocess.check_output(["readelf", "-S", "-W", p]).decode(); os.unlink(p)
-    for line in out.splitlines():
-        if ".nv_fatbin" in line:
-            parts = line.split("]")[1].split()
-            return int(parts[3], 16), int(parts[4], 16)
-    raise SystemExit("no .nv_fatbin section")
 
 def _cubin_functions(elf):
     """Names of the FUNC symbols of one (uncompressed) cubin ELF."""
@@ -96,36 +59,21 @@ def _cubin_functions(elf):
 
 def slim_fa3(blob, hdim, keep_arch=90):
     """Zero every FA3 cubin except the sm90 ones that serve head dim `hdim`."""
-    off, size = _fatbin_section(blob)
-    b = bytearray(blob); pos = off; end_sec = off + size; kept = zeroed = 0
-    while pos < end_sec - 16:
-        magic, ver, hsz, fsz = struct.unpack_from("<IHHQ", b, pos)
-        if magic != 0xBA55ED50:
-            pos += 8; continue
-        e = pos + hsz; end = pos + hsz + fsz
-        while e < end:
-            kind, _v, ehs, psz = struct.unpack_from("<HHIQ", b, e)
-            arch = struct.unpack_from("<I", b, e + 28)[0]
-            keep_it = False
-            if arch == keep_arch:
-                names = _cubin_functions(bytes(b[e + ehs:e + ehs + psz]))
-                if names is None:
-                    keep_it = True  # not a plain ELF (compressed/PTX): leave it alone
-                else:
-                    j = " ".join(names)
-                    dims = {int(x) for x in re.findall(r"EEELi(\d+)E", j)}
-                    if "FlashAttnFwdSm90" in j:
-                        keep_it = dims == {hdim}
-                    else:  # prepare / combine / helpers
-                        keep_it = not dims or dims == {hdim} or "Combine" in j
-            if keep_it:
-                kept += psz
-            else:
-                b[e + ehs:e + ehs + psz] = bytes(psz); zeroed += psz
-            e += ehs + psz
-        pos = end
+    def keep(arch, payload):
+        if arch != keep_arch:
+            return False
+        names = _cubin_functions(payload)
+        if names is None:
+            return True  # not a plain ELF (compressed/PTX): leave it alone
+        j = " ".join(names)
+        dims = {int(x) for x in re.findall(r"EEELi(\d+)E", j)}
+        if "FlashAttnFwdSm90" in j:
+            return dims == {hdim}
+        return not dims or dims == {hdim} or "Combine" in j  # prepare / combine / helpers
+
+    out, kept, zeroed = fatbin.zero_entries(blob, keep)
     print(f"  flash_ops: kept {kept/1e6:.1f} MB (sm{keep_arch}, head dim {hdim}), zeroed {zeroed/1e6:.1f} MB")
-    return bytes(b)
+    return out
 
 def main():
     src, outdir = sys.argv[1], sys.argv[2]
@@ -143,7 +91,7 @@ def main():
                 continue
             data = zin.read(n)
             if zero and n == "sgl_kernel/sm90/common_ops.abi3.so":
-                data = zero_foreign_cubins(data)
+                data = fatbin.zero_foreign_cubins(data)
             if n == FA3:
                 data = slim_fa3(data, fa3)
             zi = zipfile.ZipInfo(n, date_time=info.date_time)
@@ -158,4 +106,5 @@ def main():
         zout.writestr(zi, "\n".join(records) + "\n", compress_type=zipfile.ZIP_DEFLATED)
     print(dst, os.path.getsize(dst))
 
-main()
+if __name__ == "__main__":
+    main()
