@@ -1,6 +1,7 @@
 """GPU evidence harness: greedy equivalence and decode latency, per variant.
 
     python benchmark/e2e.py run [options]      # needs a GPU and sglang
+    python benchmark/e2e.py sweep [options]    # accept length per draft setting (GPU)
     python benchmark/e2e.py plot RESULTS.json [--png FILE]
     python benchmark/e2e.py table RESULTS.json
     python benchmark/e2e.py merge INTO.json FROM.json...
