@@ -8,71 +8,50 @@
 #     the scheduler over 100 steady decode forwards (TRACE_ARGS: extra e2e
 #     options for that server, e.g. "--piecewise disabled")
 #   - then `benchmark/e2e.py run` with the variants and options given
-#   - a variant patched-through-NNNN (e.g. patched-through-0002: B and A
-#     only) is a site with the series' first patches applied by `git apply`;
-#     it runs first, as its own e2e run (variant name "patched",
-#     so its numbers never mix with the full series) -> through-NNNN.tgz
+#   - a variant patched-through-NNNN (e.g. patched-through-0002: patches 0001
+#     and 0002 only) is a site with the series' first patches applied; it runs
+#     first, as its own e2e run (variant name "patched", so its numbers never
+#     mix with the full series) -> through-NNNN.tgz
 #   - INSTALL_ONLY=1: install the sites and stop
 #   - SIDE_BY_SIDE=K: the K servers of the call run at the same time and are
 #     measured in turn (e2e --side-by-side), each with a fixed KV pool
 # usage: OUT=dir [SYNC_TRACE=1] [SIDE_BY_SIDE=K] benchmark/device_compare.sh KIT BUDGET_S VARIANTS [e2e run options]
 #   e.g. benchmark/device_compare.sh .kit 560 base,patched --piecewise default \
 #          --concurrency 1,8,32 --repeats 3 --min-seconds 8
-# Returns under $OUT: the results JSON (+ PNG if matplotlib is there),
+# Returns under $OUT (the folder whose files come back from the GPU machine,
+# benchmark/kit/README.md): the results JSON (+ PNG if matplotlib is there),
 # compare.log, env.txt, probe.tgz (SYNC_TRACE), server-logs.tgz and
 # profiles.tgz (e2e --profile-steps: the torch-profiler traces).
-KIT=$1 BUDGET=$2 VARIANTS=$3
+KIT=$1
+LOG_NAME=compare.log
+. "$(dirname "$0")/lib.sh"
+budget_start "$2"
+VARIANTS=$3
 shift 3
-OUT=${OUT:-$PWD/device-out}
 WORK=/tmp/sglpatch-bench
-mkdir -p "$OUT" "$WORK"
+mkdir -p "$WORK"
 rm -rf "$WORK/profiles"  # a warm machine keeps /tmp: only this call's traces go back
-export PYTHONUNBUFFERED=1
-t0=$(date +%s)
-left() { echo $(( BUDGET - ($(date +%s) - t0) )); }
-log() { echo "[$(( $(date +%s) - t0 ))s] $*" | tee -a "$OUT/compare.log"; }
+gpu_env
 
-install() {  # install SITE VERSION: the kit into SITE, once per machine
-  [ -f "$1/.kit-installed" ] && { log "reuse $1"; return 0; }
-  # a site is only ever filled from the kit of its own sglang version: with
-  # .kit13 carried, base must already be on the machine from a .kit call
-  ls "$KIT"/w/sglang-"$2"-*.whl > /dev/null 2>&1 || {
-    log "ERROR: $1 needs sglang $2, but $KIT holds $(cd "$KIT"/w && ls sglang-[0-9]*.whl)"
-    return 1; }
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
-    --upgrade --target "$1" "$KIT"/w/*.whl || return 1
-  touch "$1/.kit-installed"; log "installed $KIT into $1"
-}
-
-{ date -u; nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv; } > "$OUT/env.txt" 2>&1
 args=() partial=()
 for v in ${VARIANTS//,/ }; do
   case $v in
-    base) install /tmp/sb 0.5.12.post1 || exit 3; args+=(--variant base=/tmp/sb) ;;
+    base) kit_install "$KIT" /tmp/sb 0.5.12.post1 || exit 3; args+=(--variant base=/tmp/sb) ;;
     patched)
-      install /tmp/sb 0.5.12.post1 || exit 3
-      if [ ! -f /tmp/sp/.kit-installed ]; then
-        rm -rf /tmp/sp && cp -a /tmp/sb /tmp/sp || exit 3
-        PYTHONPATH=python python3 -m sglpatch apply --sglang-dir /tmp/sp/sglang >> "$OUT/compare.log" 2>&1 || exit 4
-      fi
+      kit_install "$KIT" /tmp/sb 0.5.12.post1 || exit 3
+      patched_site /tmp/sb /tmp/sp || exit 4
       args+=(--variant patched=/tmp/sp --no-apply) ;;
-    upstream-0.5.13) install /tmp/su 0.5.13 || exit 3; args+=(--variant upstream-0.5.13=/tmp/su) ;;
+    upstream-0.5.13) kit_install "$KIT" /tmp/su 0.5.13 || exit 3; args+=(--variant upstream-0.5.13=/tmp/su) ;;
     patched-through-*)
-      n=${v#patched-through-} site=/tmp/sp-${v#patched-through-}
-      install /tmp/sb 0.5.12.post1 || exit 3
-      if [ ! -f "$site/.kit-installed" ]; then
-        rm -rf "$site" && cp -a /tmp/sb "$site" || exit 3
-        todo=$(ls "$PWD"/python/sglpatch/patches/[0-9][0-9][0-9][0-9]-*.patch | awk -F/ -v n="$n" '$NF <= n "~"')
-        # -p2: the patches are rooted at python/sglang/, the site holds sglang/
-        (cd "$site" && git apply -p2 $todo) || exit 4
-        log "$site: applied $(echo $todo | wc -w) patches through $n"
-      fi
+      n=${v#patched-through-}
+      kit_install "$KIT" /tmp/sb 0.5.12.post1 || exit 3
+      patched_site /tmp/sb "/tmp/sp-$n" "$n" || exit 4
       partial+=("$n") ;;
     *) echo "unknown variant $v" >&2; exit 2 ;;
   esac
 done
 # INSTALL_ONLY=1: only put the sites on the machine (the other kit comes in
-# the next call, as both kits together are over one call's carry limit)
+# the next call, as both kits together exceed what one call can send)
 [ "$INSTALL_ONLY" = 1 ] && { log "installed only"; exit 0; }
 SITE0=$(ls -d /tmp/sb /tmp/su 2>/dev/null | head -1)
 export PYTHONPATH=$SITE0  # the harness itself needs the kit's tokenizers
@@ -89,7 +68,7 @@ if [ "$SYNC_TRACE" = 1 ]; then
       --speculative EAGLE3 --concurrency 1 --repeats 1 --min-seconds 3 --greedy-prompts 8 \
       --work-dir "$WORK" --out-dir /tmp/probe/results --deadline-s 200 $TRACE_ARGS >> "$OUT/compare.log" 2>&1
   tar czf "$OUT/probe.tgz" -C /tmp probe
-  for f in /tmp/probe/*-sync.json; do [ -f "$f" ] && { log "$f"; cat "$f" | tee -a "$OUT/compare.log"; }; done
+  for f in /tmp/probe/*-sync.json; do [ -f "$f" ] && { log "$f"; tee -a "$OUT/compare.log" < "$f"; }; done
 fi
 
 if [ -n "$SIDE_BY_SIDE" ]; then

@@ -2,25 +2,27 @@
 # One device call: is the patched series correct on the GPU?
 #   - greedy EAGLE3 == no-spec (64 prompts x 64 tokens), triton, CUDA graphs on,
 #     overlap on and off; then CUDA graphs off; then flashinfer
-#   - with SGLANG_DEBUG_CHECK_SEQ_LENS_MIRROR=1 (patch C) and
-#     SGLANG_DEBUG_STALE_ATTN_PLAN=1 (patch E) on: they must stay silent
+#   - with SGLANG_DEBUG_CHECK_SEQ_LENS_MIRROR=1 (patch 0004) and, with
+#     STALE_PLAN_CHECK=1, SGLANG_DEBUG_STALE_ATTN_PLAN=1 (patch 0007) on: they
+#     must stay silent
 #   - the seq_lens pull probe (benchmark/probes/sitecustomize.py): host pulls
-#     per relayed decode step, triton vs flashinfer (patch D)
-#   - the startup refusal of flashinfer with SGLANG_ENABLE_OVERLAP_PLAN_STREAM=1 (patch B)
-# usage: OUT=dir [SKIP_REFUSAL=1] benchmark/series_check.sh KIT_DIR [BUDGET_S]
-# Everything lands in $OUT/series-check.tgz (+ summary.txt), so a call cut
+#     per relayed decode step, triton vs flashinfer (patch 0006)
+#   - the startup refusal of flashinfer with SGLANG_ENABLE_OVERLAP_PLAN_STREAM=1
+#     (patch 0001; SKIP_REFUSAL=1 skips it)
+# usage: OUT=dir [SKIP_REFUSAL=1] [STALE_PLAN_CHECK=1] benchmark/series_check.sh KIT_DIR [BUDGET_S]
+# Everything lands in $OUT/series-check.tgz (+ summary.txt; $OUT: the folder
+# that comes back, benchmark/kit/README.md), so a call cut
 # short by its time limit still returns what was done.
-KIT=$1 BUDGET=${2:-520}
-OUT=${OUT:-$PWD/device-out}
+KIT=$1
+LOG_NAME=series-check.log
+. "$(dirname "$0")/lib.sh"
+budget_start "${2:-520}"
 SITE=/tmp/site-patched WORK=/tmp/sglpatch-check
-mkdir -p "$OUT" "$WORK"
-export PYTHONUNBUFFERED=1
-t0=$(date +%s)
-left() { echo $(( BUDGET - ($(date +%s) - t0) )); }
+mkdir -p "$WORK"
+gpu_env
 
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
-  --upgrade --target "$SITE" "$KIT"/w/*.whl || exit 3
-PYTHONPATH=python python3 -m sglpatch apply --sglang-dir "$SITE/sglang" || exit 4
+kit_install "$KIT" /tmp/sb 0.5.12.post1 || exit 3
+patched_site /tmp/sb "$SITE" || exit 4
 cp benchmark/probes/sitecustomize.py "$SITE/"
 export PYTHONPATH=$SITE
 export SGLANG_DEBUG_CHECK_SEQ_LENS_MIRROR=1 SGLANG_DEBUG_STALE_ATTN_PLAN=${STALE_PLAN_CHECK:-0}

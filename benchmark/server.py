@@ -150,9 +150,6 @@ class Server:
             self.log.close()
         return False
 
-    def info(self):
-        return http_json(self.url + "/server_info", timeout=60)
-
     def reset_spec_counters(self):
         """Zero the server's accept-length counters (best effort).
 
@@ -167,14 +164,6 @@ class Server:
         except Exception as e:  # older/newer servers: fall back to cumulative
             print(f"  reset_spec_counters failed: {e}", file=sys.stderr)
             return False
-
-    def accept_length(self):
-        try:
-            info = self.info()
-        except Exception:
-            return None
-        states = info.get("internal_states") or [{}]
-        return states[0].get("avg_spec_accept_length")
 
 
 def tail(path, n=40):

@@ -3,7 +3,7 @@
 No download, no training: the weights are *constructed* so that
 
 * the target's greedy next token is a fixed function ``f`` of the current
-  token with a large logit margin (the "peaked" design of the device README):
+  token with a large logit margin (the "peaked" design, benchmark/kit/README.md):
   the embedding dominates the residual stream, every layer only adds a small
   random perturbation, and the lm_head row of ``f(t)`` points at token ``t``'s
   code.  Greedy output is therefore stable across kernels, batch shapes and
@@ -50,7 +50,7 @@ PRESETS = {
     # three distinct auxiliary layers (a 4-layer model gives two: fc fails)
     "tiny": dict(hidden=512, layers=8, heads=8, kv_heads=4, inter=1024,
                  vocab=4096, draft_vocab=2048),
-    # the device README's baseline shape
+    # the baseline shape first measured on the GPU (benchmark/kit/README.md)
     "small": dict(hidden=2048, layers=16, heads=16, kv_heads=8, inter=5632,
                   vocab=32000, draft_vocab=32000),
     # Llama-3.1-8B shape with a 32k-token draft vocab like real EAGLE3 heads

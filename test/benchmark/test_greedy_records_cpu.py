@@ -1,21 +1,21 @@
-"""CPU tests of the greedy records e2e.py writes (greedy_equivalence and
+"""CPU tests of the greedy records `e2e.py run` writes (greedy_equivalence and
 greedy_runs): the fields the results schema and the steering checks read."""
 
-import importlib.util
 import os
+import sys
 import types
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-spec = importlib.util.spec_from_file_location("bench_e2e", os.path.join(REPO, "benchmark", "e2e.py"))
-e2e = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(e2e)
+sys.path.insert(0, os.path.join(REPO, "benchmark"))
+
+import run  # noqa: E402  (benchmark/run.py: the run loop)
 
 EAGLE = ("base", "triton", True, "EAGLE3", True)
 NOSPEC = ("base", "triton", True, "none", True)
 
 
 def _state(outputs):
-    st = object.__new__(e2e.Run)
+    st = object.__new__(run.Run)
     st.a = types.SimpleNamespace(greedy_new_tokens=2, tp=2)
     st.fmap = None
     st.greedy_out = dict(outputs)

@@ -2,8 +2,8 @@
 
 TritonAttnBackend and TritonMultiStepDraftBackend (not an AttentionBackend
 subclass) declare needs_cpu_seq_lens = False; every other AttentionBackend
-subclass keeps the base class's True. Walked from the source like
-test_overlap_plan_stream_support.py, so a new backend is covered.
+subclass keeps the base class's True. Walked from the source
+(attention_backend_classes.py), so a new backend is covered.
 """
 
 import unittest
@@ -22,7 +22,7 @@ from sglang.srt.layers.attention.triton_backend import (  # noqa: E402
     TritonMultiStepDraftBackend,
 )
 
-from test_overlap_plan_stream_support import (  # noqa: E402  (same folder)
+from attention_backend_classes import (  # noqa: E402  (helper beside this file)
     attention_backend_classes_in_source,
     import_backend_class,
 )

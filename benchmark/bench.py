@@ -1,0 +1,104 @@
+"""One bench_serving point: a throughput probe that sizes it, and the
+runner that executes `sglang.bench_serving` (in a persistent worker or as a
+process per point)."""
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import greedy
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def probe_throughput(url, conc, input_len, output_len, vocab):
+    """Output tok/s at `conc` parallel requests (also warms that batch size)."""
+    prompts = greedy.make_prompts(conc, vocab, seed=123, min_len=input_len,
+                                  max_len=input_len)
+    t0 = time.time()
+    threads, errors = greedy.decode_in_background(url, prompts, output_len)
+    for th in threads:
+        th.join()
+    wall = time.time() - t0
+    if errors:
+        raise RuntimeError(f"probe failed: {errors[0]}")
+    return conc * output_len / wall
+
+
+class BenchRunner:
+    """Runs bench_serving points: in a persistent worker (default) or as one
+    `python -m sglang.bench_serving` process per point.
+
+    The worker (bench_worker.py) executes the module as `-m` does but pays
+    its ~10 s import once per variant instead of once per point.  If it
+    fails, this point and the rest fall back to a process per point.
+    """
+
+    def __init__(self, mode, log):
+        self.mode, self.log = mode, log
+        self.workers = {}  # PYTHONPATH -> Popen
+
+    def _worker(self, env):
+        key = env.get("PYTHONPATH", "")
+        w = self.workers.get(key)
+        if w is None or w.poll() is not None:
+            w = subprocess.Popen([sys.executable, os.path.join(HERE, "bench_worker.py")],
+                                 env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                 text=True, bufsize=1)
+            ready = w.stdout.readline()
+            if '"ready"' not in ready:
+                raise RuntimeError(f"bench worker did not start: {ready!r}")
+            self.workers[key] = w
+        return w
+
+    def run(self, argv, env, log_path):
+        if self.mode == "worker":
+            try:
+                w = self._worker(env)
+                w.stdin.write(json.dumps({"argv": argv, "log": log_path}) + "\n")
+                w.stdin.flush()
+                res = json.loads(w.stdout.readline())
+                if res["rc"] == 0:
+                    return 0
+                self.log(f"  bench worker: {res['error']}; process per point from now on")
+            except Exception as e:
+                self.log(f"  bench worker failed ({e}); process per point from now on")
+            self.mode = "process"
+        with open(log_path, "a") as fh:
+            return subprocess.run([sys.executable, "-m", "sglang.bench_serving"] + argv,
+                                  env=env, stdout=fh, stderr=subprocess.STDOUT).returncode
+
+    def close(self):
+        for w in self.workers.values():
+            if w.poll() is None:
+                w.stdin.close()
+                try:
+                    w.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    w.kill()
+        self.workers = {}
+
+
+def run_bench(runner, srv, env, a, target, conc, num_prompts, out_file):
+    argv = ["--backend", "sglang", "--host", "127.0.0.1", "--port", str(srv.port),
+            "--model", target, "--tokenizer", target,
+            "--dataset-name", "random-ids", "--tokenize-prompt",
+            "--random-input-len", str(a.input_len), "--random-output-len", str(a.output_len),
+            "--random-range-ratio", "1.0", "--num-prompts", str(num_prompts),
+            "--max-concurrency", str(conc), "--seed", str(a.seed),
+            "--output-file", out_file, "--disable-tqdm"]
+    srv.reset_spec_counters()  # accept length of this point only
+    t0 = time.time()
+    rc = runner.run(argv, env, out_file[:-6] + ".log")
+    if rc != 0:
+        raise RuntimeError(f"bench_serving failed ({rc}); log {out_file[:-6]}.log")
+    with open(out_file) as fh:
+        rec = json.loads(fh.read().strip().splitlines()[-1])
+    sample = {"tpot_ms": rec["median_tpot_ms"], "itl_ms": rec["median_itl_ms"],
+              "output_tok_per_s": rec["output_throughput"],
+              "accept_length": rec.get("accept_length"),
+              "duration_s": rec.get("duration"), "num_prompts": num_prompts,
+              "wall_s": round(time.time() - t0, 1)}
+    return sample, "python -m sglang.bench_serving " + " ".join(argv)

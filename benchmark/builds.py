@@ -1,0 +1,92 @@
+"""The builds and the model pair a run serves.
+
+A variant is NAME or NAME=SITE: SITE is a directory put first on PYTHONPATH
+(an sglang installed with `pip install --target SITE`); without it the
+current environment's sglang is used.  `patched` applies the series first
+with the project's own tool.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import results
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+
+
+def detect_card():
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=30).stdout
+        if out.strip():
+            return out.strip().splitlines()[0].strip()
+    except (OSError, subprocess.TimeoutExpired):
+        pass
+    return "unknown"
+
+
+def parse_variant(spec):
+    name, _, site = spec.partition("=")
+    if name not in results.VARIANTS:
+        raise SystemExit(f"unknown variant {name!r}: one of {results.VARIANTS}")
+    return name, (os.path.abspath(site) if site else None)
+
+
+def variant_env(site):
+    env = dict(os.environ)
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    if site:
+        env["PYTHONPATH"] = os.pathsep.join(
+            [site] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    return env
+
+
+def apply_series(site, env, log):
+    """Apply the series to SITE/sglang with the project's own tool."""
+    if not site:
+        raise SystemExit("patched needs =SITE (a pip --target install to patch)")
+    e = dict(env)
+    e["PYTHONPATH"] = os.pathsep.join([os.path.join(REPO, "python"), e.get("PYTHONPATH", "")])
+    cmd = [sys.executable, "-m", "sglpatch", "apply", "--sglang-dir",
+           os.path.join(site, "sglang")]
+    log(" ".join(cmd))
+    res = subprocess.run(cmd, env=e, capture_output=True, text=True)
+    log(res.stdout + res.stderr)
+    if res.returncode != 0:
+        raise RuntimeError(f"sglpatch apply failed ({res.returncode})")
+    st = subprocess.run(cmd[:3] + ["status", "--sglang-dir", cmd[-1]], env=e,
+                        capture_output=True, text=True)
+    return st.stdout.strip()
+
+
+def ensure_models(a, log):
+    d = a.models_dir or os.path.join(a.work_dir, f"models-{a.preset}")
+    want = {"preset": a.preset, "accept_steps": a.accept_steps,
+            "draft_accuracy": a.draft_accuracy, "spec_steps": a.spec_steps}
+    meta_path = os.path.join(d, "draft", "synthetic.json")
+    if os.path.exists(meta_path):
+        meta = json.load(open(meta_path))
+        if all(meta.get(k) == v for k, v in want.items()):
+            log(f"models: reusing {d}")
+            return d, meta
+    sys.path.insert(0, os.path.join(HERE, "models"))
+    import make_models
+
+    t0 = time.time()
+    meta = make_models.build(a.preset, d, a.accept_steps, a.draft_accuracy,
+                             device=a.model_device, spec_steps=a.spec_steps)
+    log(f"models: built {d} in {time.time() - t0:.1f}s: {json.dumps(meta)}")
+    return d, meta
+
+
+def load_fmap(models_dir):
+    try:
+        import torch
+
+        return torch.load(os.path.join(models_dir, "token_map.pt"))["f"].tolist()
+    except Exception:
+        return None

@@ -1,0 +1,43 @@
+#!/bin/bash
+# Build a wheel kit (<= ~55 MiB) that runs sglang on an offline GPU machine
+# (see benchmark/kit/README.md).
+# Usage: benchmark/kit/build-kit.sh [WHEEL_LIST] [OUT_DIR]
+#   A list line is NAME==VERSION, optionally followed by drop=PATTERN (files to leave out).
+#   WHEEL_LIST defaults to wheels-0.5.12.post1.txt beside this script;
+#   OUT_DIR defaults to ./.kit/w (git-ignored; it travels to the GPU machine beside the repository).
+# Downloads are cached in /tmp/sglang-kit-cache, so a rebuild takes seconds.
+#   build-kit.sh fa3 [OUT_DIR]  builds the FA3 add-on instead (default OUT_DIR .kitfa3/w): the
+#   sglang_kernel wheel with flash_ops kept for head dim ${FA3_HDIM:-128} (~56 MB). It does not fit
+#   beside the kit in one transfer: send .kit in one call, then .kitfa3 in the next call onto the same
+#   machine and `pip install --no-index --no-deps --upgrade --target SITE .kitfa3/w/*.whl` into each site.
+set -euo pipefail
+HERE=$(cd "$(dirname "$0")" && pwd)
+FA3=
+if [ "${1:-}" = fa3 ]; then
+  FA3="--fa3-hdim ${FA3_HDIM:-128}"; OUT=${2:-.kitfa3/w}
+  LIST=$(mktemp); grep '^sglang_kernel==' "$HERE/wheels-0.5.12.post1.txt" > "$LIST"
+else
+  LIST=${1:-$HERE/wheels-0.5.12.post1.txt}
+  OUT=${2:-.kit/w}
+fi
+CACHE=/tmp/sglang-kit-cache
+mkdir -p "$CACHE" "$OUT"
+PLAT="--platform manylinux_2_28_x86_64 --platform manylinux_2_34_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_26_x86_64 --platform manylinux_2_24_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform manylinux1_x86_64 --platform any"
+rm -f "$OUT"/*.whl
+grep -v '^#' "$LIST" | grep -v '^$' | while read -r spec extra; do
+  name=${spec%%==*}; ver=${spec##*==}
+  norm=$(echo "$name" | tr '-' '_')
+  f=$(ls "$CACHE"/${norm}-${ver}-*.whl 2>/dev/null | head -1 || true)
+  if [ -z "$f" ]; then
+    python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp $PLAT -d "$CACHE" "$spec" 2>&1 | grep -v WARNING || true
+    f=$(ls "$CACHE"/${norm}-${ver}-*.whl 2>/dev/null | head -1 || true)
+  fi
+  [ -n "$f" ] || { echo "build-kit: could not get $spec" >&2; exit 1; }
+  case "$norm" in
+    sglang_kernel) python3 "$HERE/slim_sgl_kernel.py" "$f" "$OUT" --zero-foreign-cubins $FA3 >/dev/null ;;
+    *) if [ "${extra#drop=}" != "${extra:-}" ] && [ -n "${extra:-}" ]; then
+         python3 "$HERE/repack_wheel.py" "$f" "$OUT" --drop "${extra#drop=}" >/dev/null
+       else cp "$f" "$OUT/"; fi ;;
+  esac
+done
+echo "kit: $(ls "$OUT"/*.whl | wc -l) wheels, $(du -sh "$OUT" | cut -f1) in $OUT"

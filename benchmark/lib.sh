@@ -1,0 +1,43 @@
+# Shell library of the device scripts (device_compare.sh, series_check.sh):
+# the time budget of one call, the kit install, the patched sites.
+# Source it from the repository root:  . benchmark/lib.sh; budget_start SECONDS
+# $OUT is the folder whose files come back from the GPU machine
+# (benchmark/kit/README.md); default ./device-out.
+
+OUT=${OUT:-$PWD/device-out}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1
+
+budget_start() {  # budget_start SECONDS: the call's time budget starts now
+  BUDGET=$1 T0=$(date +%s)
+}
+left() { echo $(( BUDGET - ($(date +%s) - T0) )); }  # seconds left
+log() { echo "[$(( $(date +%s) - T0 ))s] $*" | tee -a "$OUT/${LOG_NAME:-device.log}"; }
+
+gpu_env() {  # the card and driver, into $OUT/env.txt
+  { date -u; nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv; } \
+    > "$OUT/env.txt" 2>&1
+}
+
+kit_install() {  # kit_install KIT SITE VERSION: the kit's wheels into SITE, once per machine
+  local kit=$1 site=$2 version=$3
+  [ -f "$site/.kit-installed" ] && { log "reuse $site"; return 0; }
+  # a site is only ever filled from a kit of its own sglang version: a warm
+  # machine keeps /tmp, and one call carries only one kit
+  ls "$kit"/w/sglang-"$version"-*.whl > /dev/null 2>&1 || {
+    log "ERROR: $site needs sglang $version, but $kit holds $(cd "$kit"/w && ls sglang-[0-9]*.whl)"
+    return 1; }
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
+    --upgrade --target "$site" "$kit"/w/*.whl || return 1
+  touch "$site/.kit-installed"; log "installed $kit into $site"
+}
+
+patched_site() {  # patched_site BASE SITE [NNNN]: a copy of BASE with the series
+  # applied by the project's tool; with NNNN only patches 0001..NNNN
+  local base=$1 site=$2 through=${3:-}
+  [ -f "$site/.series-applied" ] && { log "reuse $site"; return 0; }
+  rm -rf "$site" && cp -a "$base" "$site" || return 1
+  PYTHONPATH=python python3 -m sglpatch apply ${through:+--through "$through"} \
+    --sglang-dir "$site/sglang" >> "$OUT/${LOG_NAME:-device.log}" 2>&1 || return 1
+  touch "$site/.series-applied"; log "$site: series applied${through:+ through $through}"
+}

@@ -1,0 +1,331 @@
+"""`e2e.py run`: serve each build x setting, check greedy equivalence,
+profile, and measure bench_serving points; results merge into
+<out-dir>/<yyyy-mm-dd>-<card>.json after every point, so a run stopped by a
+time limit still leaves what it measured."""
+
+import contextlib
+import datetime
+import hashlib
+import json
+import math
+import os
+import sys
+import time
+
+import greedy
+import profiling
+import results
+import sizing
+import trace_steps
+from bench import BenchRunner, probe_throughput, run_bench
+from builds import apply_series, detect_card, ensure_models, load_fmap, parse_variant, variant_env
+from server import Server, free_port, server_command
+
+
+class Run:
+    """State of one `run`: collected samples and greedy outputs; writes."""
+
+    def __init__(self, a):
+        self.a = a
+        self.t0 = time.time()
+        self.card = a.card or detect_card()
+        self.date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
+        os.makedirs(a.out_dir, exist_ok=True)
+        os.makedirs(a.work_dir, exist_ok=True)
+        self.path = results.results_path(a.out_dir, self.date, self.card)
+        self.samples = {}  # run key -> [sample]
+        self.greedy_out = {}  # (variant, backend, overlap, spec, pw) -> ids
+        self.greedy_meta = {}
+        self.commands = []
+        self.server_starts = []
+        self.profiles = []
+        self.errors = []
+        self.fmap, self.prompts, self.model_meta = None, [], {}
+        self.runner = BenchRunner(a.bench_runner, self.log)
+        self.log_file = open(os.path.join(a.out_dir, "e2e-log.txt"), "a")
+
+    def log(self, msg):
+        line = f"[{time.time() - self.t0:7.1f}s] {msg}"
+        print(line, flush=True)
+        self.log_file.write(line + "\n")
+        self.log_file.flush()
+
+    def time_left(self):
+        if self.a.deadline_s is None:
+            return math.inf
+        return self.a.deadline_s - (time.time() - self.t0)
+
+    def prompts_off_chain(self, ids):
+        """Prompts whose output leaves the token chain the weights encode."""
+        chain = greedy.expected_chain(self.prompts, self.fmap, self.a.greedy_new_tokens)
+        return len(greedy.compare(ids, chain))
+
+    def _greedy_fields(self, key, ids):
+        """What every greedy record says of one server's outputs."""
+        var, be, ov, spec, pw = key
+        r = {"variant": var, "attention_backend": be, "overlap": ov,
+             "piecewise_cuda_graph": pw, "tp": self.a.tp, "prompts": len(ids),
+             "accept_length": self.greedy_meta.get(key)}
+        if self.fmap:
+            r["prompts_off_constructed_f"] = self.prompts_off_chain(ids)
+        return r
+
+    def greedy_entries(self):
+        out = []
+        for key, ids in self.greedy_out.items():
+            var, be, ov, spec, _ = key
+            if spec != "EAGLE3":
+                continue
+            # the no-spec reference of the same build, backend and overlap
+            ref = next((v for (rv, rb, ro, rs, _), v in self.greedy_out.items()
+                        if (rv, rb, ro, rs) == (var, be, ov, "none")), None)
+            if ref is None:
+                continue
+            bad = greedy.compare(ids, ref)
+            entry = self._greedy_fields(key, ids)
+            entry.update({"mismatched_prompts": len(bad), "mismatches": bad,
+                          "new_tokens": self.a.greedy_new_tokens})
+            out.append(entry)
+        return out
+
+    def greedy_runs(self):
+        """Per server: a digest of its greedy ids (equal digests = equal
+        outputs, also across variants) and the prompts off the constructed
+        chain; kept even when no no-spec reference was served."""
+        out = []
+        for key, ids in self.greedy_out.items():
+            r = self._greedy_fields(key, ids)
+            r.update({"speculative": key[3],
+                      "sha256": hashlib.sha256(json.dumps(ids).encode()).hexdigest()[:16]})
+            out.append(r)
+        return out
+
+    def write(self):
+        runs = []
+        for key, samples in self.samples.items():
+            if not samples:
+                continue
+            r = dict(zip(results.RUN_KEY, key), tp=self.a.tp)
+            r.update(results.summarize_point(samples))
+            r["samples"] = samples
+            runs.append(r)
+        data = {"card": self.card, "date": self.date, "model_preset": self.a.preset,
+                "runs": runs, "greedy_equivalence": self.greedy_entries(),
+                "greedy_runs": self.greedy_runs(),
+                "model": self.model_meta, "commands": self.commands,
+                "server_starts": self.server_starts,
+                "profiles": self.profiles,
+                "bench": {"input_len": self.a.input_len, "output_len": self.a.output_len,
+                          "min_seconds": self.a.min_seconds, "seed": self.a.seed,
+                          "dataset": "random-ids", "runner": self.runner.mode,
+                          "side_by_side": self.a.side_by_side,
+                          "max_total_tokens": self.a.max_total_tokens}}
+        if self.errors:
+            data["errors"] = self.errors
+        return results.write_merged(self.path, data)
+
+
+def settings(a):
+    """(speculative, piecewise) pairs, the no-spec reference last."""
+    out = []
+    # EAGLE3 first: it is what the series changes; the no-spec server then
+    # still gets its greedy reference in before a --deadline-s cuts benches
+    for spec in sorted(a.speculative, key=lambda s: s == "none"):
+        pws = a.piecewise if (spec == "EAGLE3" or a.nospec_piecewise == "all") else a.piecewise[:1]
+        out += [(spec, pw) for pw in pws]
+    return out
+
+
+def cmd_run(a):
+    st = Run(a)
+    st.log(f"card {st.card}; results {st.path}")
+    st.commands.append("python benchmark/e2e.py " + " ".join(sys.argv[1:]))
+    models, st.model_meta = ensure_models(a, st.log)
+    target, draft = os.path.join(models, "target"), os.path.join(models, "draft")
+    vocab = st.model_meta["vocab"]
+    st.fmap = load_fmap(models)
+    st.prompts = greedy.make_prompts(a.greedy_prompts, vocab)
+    members = []
+    for var, site in [parse_variant(v) for v in (a.variant or ["base"])]:
+        env = variant_env(site)
+        if var == "patched" and not a.no_apply:
+            try:
+                st.log("sglpatch status:\n" + apply_series(site, env, st.log))
+            except Exception as e:
+                st.errors.append(f"{var}: {e}")
+                st.log(f"SKIP {var}: {e}")
+                continue
+        members += [Member(var, env, be, ov, spec, pw)
+                    for be in a.attention_backend for ov in a.overlap
+                    for spec, pw in settings(a)]
+    for group in server_groups(members, a.side_by_side):
+        need = 60 if all(m.spec == "none" for m in group) else 90
+        if st.time_left() < need:
+            for m in group:
+                st.log(f"deadline: skip {m.tag}")
+                st.errors.append(f"not run (deadline): {m.var} {m.be} overlap={m.ov} "
+                                 f"{m.spec} pcg={m.pw}")
+            continue
+        try:
+            serve_group(st, a, group, target, draft, vocab)
+        except Exception as e:
+            names = ", ".join(m.tag for m in group)
+            st.errors.append(f"{names}: {e}"[:2000])
+            st.log(f"ERROR {names}: {e}")
+        st.write()
+    st.runner.close()
+    data = st.write()
+    print(results.table(data))
+    try:
+        results.plot(data, st.path[:-5] + ".png")
+        st.log(f"plot: {st.path[:-5]}.png")
+    except Exception as e:  # no matplotlib on the device, or nothing to plot
+        st.log(f"no plot ({type(e).__name__}: {e}): run `python benchmark/e2e.py plot` elsewhere")
+    return 1 if st.errors else 0
+
+
+class Member:
+    """One server of a run: a build (variant + its environment) and a setting."""
+
+    def __init__(self, var, env, be, ov, spec, pw):
+        self.var, self.env, self.be, self.ov, self.spec, self.pw = var, env, be, ov, spec, pw
+        self.tag = f"{var}-{be}-ov{int(ov)}-{spec}-pcg{int(pw)}"
+        self.srv = None
+        self.nprompts = {}  # concurrency -> bench prompts (only grows)
+
+    @property
+    def greedy_key(self):
+        return (self.var, self.be, self.ov, self.spec, self.pw)
+
+    def run_key(self, c):
+        return (self.var, self.be, self.spec, self.ov, self.pw, c)
+
+
+def server_groups(members, side_by_side):
+    """Servers that run at the same time: one at a time by default; with
+    --side-by-side all of the call's servers together, so their repeats
+    interleave and drift on the machine hits every build alike."""
+    return [members] if side_by_side else [[m] for m in members]
+
+
+def bench_order(members, repeats, concurrency):
+    """(rep, c, member) in the order they are measured: round robin over
+    the concurrencies, and within one (rep, c) over the servers."""
+    return [(rep, c, m) for rep in range(repeats) for c in concurrency for m in members]
+
+
+def serve_group(st, a, group, target, draft, vocab):
+    with contextlib.ExitStack() as stack:
+        used = set()
+        for i, m in enumerate(group):
+            port = free_port(30000 + 10 * len(st.server_starts) + 10 * i)
+            while port in used:
+                port = free_port(port + 1)
+            used.add(port)
+            cmd = server_command(sys.executable, target, draft, port, m.be, m.spec, m.ov, m.pw,
+                                 tp=a.tp, spec_steps=a.spec_steps, draft_tokens=a.spec_steps + 1,
+                                 mem_fraction=a.mem_fraction_static,
+                                 max_total_tokens=a.max_total_tokens, extra=a.server_arg)
+            st.log(f"launch {m.tag}: {' '.join(cmd[1:])}")
+            m.srv = Server(cmd, m.env, os.path.join(a.work_dir, f"server-{m.tag}.log"))
+            stack.callback(m.srv.__exit__)
+            m.srv.launch()
+            if i + 1 < len(group):
+                time.sleep(3)  # staggered: no two start-ups pick ports in the same instant
+        for m in group:
+            m.srv.wait_ready()
+            st.server_starts.append({"setting": m.tag, "start_s": round(m.srv.start_s, 1),
+                                     "side_by_side": len(group)})
+            st.log(f"  {m.tag} ready in {m.srv.start_s:.0f}s")
+        for m in group:
+            greedy_check(st, a, m)
+        for c, stack, m in profile_order(group, a):
+            profile_point(st, a, m, c, stack, vocab)
+        if a.no_bench:
+            return
+        for rep, c, m in bench_order(group, a.repeats, a.concurrency):
+            if st.time_left() < 30:
+                st.log(f"  deadline: stop at rep {rep} c={c} ({m.tag})")
+                return
+            bench_point(st, a, m, rep, c, target, vocab)
+
+
+def greedy_check(st, a, m):
+    m.srv.reset_spec_counters()
+    t0 = time.time()
+    ids, acc = greedy.generate(m.srv.url, st.prompts, a.greedy_new_tokens)
+    st.greedy_out[m.greedy_key] = ids
+    st.greedy_meta[m.greedy_key] = acc
+    st.log(f"  {m.tag}: greedy {len(ids)}x{a.greedy_new_tokens} in {time.time() - t0:.1f}s"
+           f", accept length {acc}")
+
+
+def profile_order(members, a):
+    """(concurrency, with_stack, member) of the profiles to take: for each
+    concurrency, the plain trace of every server, then the stack traces."""
+    kinds = [(False, a.profile_steps), (True, a.profile_stack_steps)]
+    return [(c, stack, m) for c in a.profile_concurrency
+            for stack, steps in kinds if steps for m in members]
+
+
+def profile_point(st, a, m, c, with_stack, vocab):
+    steps = a.profile_stack_steps if with_stack else a.profile_steps
+    kind = "stack" if with_stack else "gpu"
+    t0 = time.time()
+    try:
+        traces = profiling.capture(m.srv.url, os.path.join(a.work_dir, "profiles"), steps,
+                                   with_stack, c, vocab, input_len=a.input_len, ranks=a.tp)
+        summaries = {}
+        for rank, trace in traces.items():
+            rk = "" if a.tp == 1 else f"-rank{rank}"
+            name = f"{m.tag}-c{c}-{kind}{rk}.trace.json.gz"
+            named = os.path.join(os.path.dirname(trace), name)  # which server, kind, rank
+            os.replace(trace, named)
+            summaries[rank] = (name, trace_steps.summarize(trace_steps.load(named), steps))
+    except Exception as e:  # a profile is evidence, not a gate: keep measuring
+        st.errors.append(f"profile {m.tag} c={c} {kind}: {e}"[:2000])
+        st.log(f"  {m.tag} c={c}: profile ({kind}) failed: {e}")
+        return
+    for rank, (name, summary) in summaries.items():
+        st.profiles.append({"variant": m.var, "attention_backend": m.be, "speculative": m.spec,
+                            "overlap": m.ov, "piecewise_cuda_graph": m.pw, "concurrency": c,
+                            "tp": a.tp, "rank": rank, "with_stack": with_stack, "trace": name,
+                            **summary})
+        st.log(f"  {m.tag} c={c} rank {rank}: profile ({kind}, {steps} forwards, "
+               f"{time.time() - t0:.0f}s): "
+               f"{summary['window_us_per_step']:.0f} us/forward, GPU busy "
+               f"{summary['gpu_busy_us_per_step']:.0f} us, idle {summary['gpu_idle_us_per_step']:.0f} us, "
+               f"D2H copies {summary['device_to_host_copies_per_step']}, host syncs "
+               f"{summary['host_sync_calls_per_step']} ({summary['host_sync_us_per_step']:.0f} us)")
+    st.write()
+
+
+def bench_point(st, a, m, rep, c, target, vocab):
+    srv = m.srv
+    if c not in m.nprompts:
+        # twice: the first pass at a new batch size runs cold
+        probe_throughput(srv.url, c, a.input_len, a.output_len, vocab)
+        tps = probe_throughput(srv.url, c, a.input_len, a.output_len, vocab)
+        m.nprompts[c] = sizing.from_probe(tps, a.output_len, c, a.min_seconds)
+        st.log(f"  {m.tag} c={c}: probe {tps:.0f} tok/s -> {m.nprompts[c]} prompts")
+    out = os.path.join(a.work_dir, f"bench-{m.tag}-c{c}-r{rep}.jsonl")
+    if os.path.exists(out):
+        os.remove(out)
+    sample, bcmd = run_bench(st.runner, srv, m.env, a, target, c, m.nprompts[c], out)
+    if not any("bench_serving" in x for x in st.commands):
+        st.commands.append(bcmd)  # one example; the others differ in port/prompts
+    dur = sample.get("duration_s") or 0
+    m.nprompts[c] = sizing.grown(m.nprompts[c], c, dur, a.min_seconds)
+    if sizing.is_short(dur, a.min_seconds) and st.time_left() > 30:
+        # every kept repeat lasts >= min_seconds: measure this one again
+        st.log(f"  {m.tag} rep {rep} c={c}: {dur:.1f}s < {a.min_seconds:g}s, "
+               f"again with {m.nprompts[c]} prompts")
+        os.remove(out)
+        sample, _ = run_bench(st.runner, srv, m.env, a, target, c, m.nprompts[c], out)
+        m.nprompts[c] = sizing.grown(m.nprompts[c], c, sample.get("duration_s") or 0,
+                                     a.min_seconds)
+    st.samples.setdefault(m.run_key(c), []).append(sample)
+    st.log(f"  {m.tag} rep {rep} c={c}: TPOT {sample['tpot_ms']:.3f} ms ITL "
+           f"{sample['itl_ms']:.3f} ms {sample['output_tok_per_s']:.0f} tok/s "
+           f"accept {sample['accept_length']} ({sample['duration_s']:.1f}s)")
+    st.write()

@@ -1,0 +1,70 @@
+"""The results pages and the index in benchmark/results/ are what
+`e2e.py report` renders from the committed JSON, byte for byte."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+BENCH = os.path.join(REPO, "benchmark")
+RESULTS = os.path.join(BENCH, "results")
+sys.path.insert(0, BENCH)
+
+import report  # noqa: E402
+
+JSONS = sorted(n for n in os.listdir(RESULTS) if n.endswith(".json"))
+HINT = "re-render: python benchmark/e2e.py report benchmark/results/*.json --index benchmark/results"
+
+
+def read(path):
+    with open(path) as fh:
+        return fh.read()
+
+
+@pytest.mark.parametrize("name", JSONS)
+def test_committed_page_is_the_rendered_json(name):
+    path = os.path.join(RESULTS, name)
+    with open(path) as fh:
+        data = json.load(fh)
+    md = os.path.join(RESULTS, name[:-5] + ".md")
+    assert os.path.exists(md), HINT
+    assert report.render(data, path) == read(md), HINT
+
+
+def test_every_page_has_its_json():
+    pages = {n[:-3] for n in os.listdir(RESULTS) if n.endswith(".md") and n != "README.md"}
+    assert pages == {n[:-5] for n in JSONS}
+
+
+def test_committed_index_is_up_to_date():
+    assert report.index(RESULTS) == read(os.path.join(RESULTS, "README.md")), HINT
+
+
+@pytest.mark.parametrize("readme", sorted(report.READMES))
+def test_readme_current_results_table_is_up_to_date(readme):
+    text = read(os.path.join(REPO, readme))
+    fresh = report.refresh_readme(text, RESULTS, report.READMES[readme])
+    assert fresh == text, "regenerate: python benchmark/e2e.py report --readmes"
+
+
+def test_unknown_keys_are_rendered_not_dropped():
+    data = {"card": "NVIDIA H200", "date": "2026-01-01", "model_preset": "tiny",
+            "runs": [], "greedy_equivalence": [],
+            "notes": ["first note"], "probe_counts": [{"backend": "triton", "pulls": 0,
+                                                       "sites": [{"where": "x.py:1", "n": 7}]}]}
+    md = report.render(data, "r.json")
+    assert "- first note" in md
+    assert "## `probe_counts`" in md and "| triton | 0 |" in md
+    assert "| x.py:1 | 7 |" in md  # a nested list of records becomes its own table
+
+
+def test_report_command_writes_the_page(tmp_path):
+    src = os.path.join(RESULTS, JSONS[0])
+    out = tmp_path / "page.md"
+    res = subprocess.run([sys.executable, os.path.join(BENCH, "e2e.py"), "report", src,
+                          "--md", str(out)], capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    assert out.read_text() == read(src[:-5] + ".md")

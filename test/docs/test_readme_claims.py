@@ -1,0 +1,87 @@
+"""The GPU claims README.md makes, checked against the results files they
+name.  The latency table itself is generated (test/benchmark/test_report_cpu.py
+checks it is current); these are the sentences around it."""
+
+import json
+import os
+import re
+import sys
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+RESULTS = os.path.join(REPO, "benchmark", "results")
+sys.path.insert(0, os.path.join(REPO, "benchmark"))
+
+import report  # noqa: E402
+
+
+def load(stem):
+    with open(os.path.join(RESULTS, stem + ".json")) as fh:
+        return json.load(fh)
+
+
+def readme():
+    with open(os.path.join(REPO, "README.md")) as fh:
+        return " ".join(fh.read().split())
+
+
+def all_results():
+    return [load(n[:-5]) for n in sorted(os.listdir(RESULTS)) if n.endswith(".json")]
+
+
+def test_every_greedy_check_found_identical_outputs():
+    assert "greedy EAGLE3 output is token-identical to non-speculative output" in readme()
+    checks = [g for d in all_results() for key in ("greedy_equivalence", "greedy_cuda_graphs_off")
+              for g in d.get(key, [])]
+    assert len(checks) >= 20
+    assert all(g["mismatched_prompts"] == 0 for g in checks if "mismatched_prompts" in g)
+
+
+def test_graphs_off_overlap_off_and_flashinfer_were_checked():
+    (off,) = load("2026-11-26-h200-machine-d")["greedy_cuda_graphs_off"]
+    assert (off["variant"], off["overlap"], off["mismatched_prompts"]) == ("patched", False, 0)
+    flashinfer = load("2026-11-26-h200-machine-a")["greedy_flashinfer"]
+    chain = {g["sha256"] for g in load("2026-11-26-h200-machine-a")["greedy_runs"]
+             if g["speculative"] == "none" and g["prompts"] == 64}
+    assert flashinfer and all(g["sha256"] in chain for g in flashinfer)
+
+
+def test_triton_decode_makes_no_seq_lens_copy():
+    assert "all-triton EAGLE3 server makes no seq_lens device-to-host copy" in readme()
+    probes = [p for p in load("2026-11-26-h200-machine-a")["seq_lens_pull_probe"]
+              if p["attention_backend"] == "triton"]
+    assert probes and all(p["host_pulls"] == 0 and p["relayed_resolves"] > 0 for p in probes)
+
+
+def test_host_sync_calls_per_forward():
+    m = re.search(r"patched makes (\d+) host sync call a forward where unpatched "
+                  r"0.5.12.post1 makes (\d+) \((\S+)\)", readme())
+    patched, base, stem = int(m.group(1)), int(m.group(2)), m.group(3)
+    syncs = {p["variant"]: p["host_sync_calls_per_step"] for p in load(stem)["profiles"]
+             if p["concurrency"] == 1 and not p["with_stack"] and p["variant"] != "upstream-0.5.13"}
+    assert syncs == {"patched": patched, "base": base}
+
+
+def test_without_speculation_patched_is_not_slower():
+    m = re.search(r"patched is within (\d+)% of base at concurrency 1 and faster at 8 and 32 "
+                  r"\(side by side, (\S+)\)", readme())
+    within, data = int(m.group(1)) / 100, load(m.group(2))
+    ratio = {c: report.tpot(data, "patched", spec="none", c=c) / report.tpot(data, "base", spec="none", c=c)
+             for c in (1, 8, 32)}
+    assert abs(ratio[1] - 1) <= within
+    assert ratio[8] < 1 and ratio[32] < 1
+    digests = {g["sha256"] for g in data["greedy_runs"] if g["prompts"] == 64}
+    assert len(digests) == 1
+
+
+def test_gain_is_clear_at_8_and_32_in_the_current_table():
+    assert "The gain is clear at concurrency 8 and 32" in readme()
+    for name in report.CURRENT:
+        data = load(name[:-5])
+        for pcg in (True, False):
+            for c in (8, 32):
+                try:
+                    p = report.tpot(data, "patched", pcg=pcg, c=c)
+                except KeyError:
+                    continue
+                assert p < report.tpot(data, "base", pcg=pcg, c=c)
+                assert p < report.tpot(data, "upstream-0.5.13", pcg=pcg, c=c)
