@@ -73,6 +73,26 @@ class _FakeBackend:
         )
 
 
+@dataclass
+class _IndptrMeta:
+    kv_indptr: torch.Tensor
+
+
+class _InPlaceBackend:
+    """Plans like triton: into a persistent buffer, the metadata a view of it."""
+
+    def __init__(self):
+        self.calls = 0
+        self.kv_indptr = torch.zeros(9, dtype=torch.int64)
+        self.forward_metadata = None
+
+    def init_forward_metadata(self, forward_batch):
+        self.calls += 1
+        bs = forward_batch.batch_size
+        self.kv_indptr[1 : bs + 1] = torch.cumsum(forward_batch.seq_lens, dim=0)
+        self.forward_metadata = _IndptrMeta(kv_indptr=self.kv_indptr[: bs + 1])
+
+
 class TestForwardMetadataPlanRecord(CustomTestCase):
     def test_fresh_batch_needs_planning(self):
         fb = _make_batch()
@@ -345,6 +365,29 @@ class TestStalePlanDetector(CustomTestCase):
             check_stale_attn_plan(fb)
         self.assertIn("seq_lens", str(cm.exception))
         self.assertIsInstance(cm.exception, forward_batch_info.StaleAttentionPlanError)
+
+    def test_stale_plan_in_a_persistent_buffer_is_reported_not_repaired(self):
+        planner = _InPlaceBackend()
+        fb = self._marked(planner)
+        planned = planner.kv_indptr.clone()
+        carried = planner.forward_metadata
+        fb.seq_lens = fb.seq_lens + 1  # batch changed after the plan
+        with self.assertRaises(forward_batch_info.StaleAttentionPlanError) as cm:
+            check_stale_attn_plan(fb)
+        self.assertIn("kv_indptr", str(cm.exception))
+        # The re-plan wrote the same buffer; the carried values are back, so
+        # switching the detector on does not change what the forward reads.
+        self.assertEqual(planner.calls, 2)
+        self.assertTrue(torch.equal(planner.kv_indptr, planned))
+        self.assertIs(planner.forward_metadata, carried)
+
+    def test_identical_replan_in_a_persistent_buffer_is_silent(self):
+        planner = _InPlaceBackend()
+        fb = self._marked(planner)
+        planned = planner.kv_indptr.clone()
+        check_stale_attn_plan(fb)
+        self.assertEqual(planner.calls, 2)
+        self.assertTrue(torch.equal(planner.kv_indptr, planned))
 
     def test_switch_on_wires_into_forward_path(self):
         planner = _FakeBackend()
