@@ -103,7 +103,9 @@ if [ -d "$WORK/profiles" ]; then  # e2e --profile-steps: the traces (one file ba
   (cd "$WORK" && tar czf "$OUT/profiles.tgz" profiles)
   [ "$(stat -c %s "$OUT/profiles.tgz")" -lt 15000000 ] || {
     log "profiles.tgz too big: plain traces only"
-    (cd "$WORK" && tar czf "$OUT/profiles.tgz" profiles/*-gpu.trace.json.gz); }
+    # plain traces: <tag>-c<C>-gpu.trace.json.gz, per rank -gpu-rank<R> at --tp > 1
+    (cd "$WORK" && tar czf "$OUT/profiles.tgz" profiles/*-gpu.trace.json.gz \
+      profiles/*-gpu-rank*.trace.json.gz 2>/dev/null); }
 fi
 log "done rc=$rc"
 exit $rc

@@ -100,6 +100,9 @@ def build_parser():
     r.add_argument("--greedy-new-tokens", type=int, default=64)
     r.add_argument("--spec-steps", type=int, default=3)
     r.add_argument("--tp", type=int, default=1)
+    r.add_argument("--disaggregation-decode", action="store_true",
+                   help="serve as a prefill/decode-disaggregated decode server with "
+                   "sglang's fake KV transfer (no prefill server)")
     r.add_argument("--mem-fraction-static", type=float, default=None)
     r.add_argument("--max-total-tokens", type=int, default=None,
                    help="fixed KV pool per server (needed with --side-by-side)")

@@ -81,3 +81,13 @@ def expected_chain(prompts, fmap, new_tokens):
             seq.append(t)
         out.append(seq)
     return out
+
+
+def prompts_off_own_chain(outputs, fmap):
+    """Outputs in which some token is not f(the token before it).
+
+    Unlike the chain from the prompt, this holds however the first token was
+    made: a disaggregated decode server with the fake transfer gets its
+    first token and KV from no real prefill, but must then follow f."""
+    return sum(1 for ids in outputs
+               if any(fmap[a] != b for a, b in zip(ids, ids[1:])))

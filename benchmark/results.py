@@ -13,10 +13,11 @@ import re
 import statistics
 
 RUN_KEY = ("variant", "attention_backend", "speculative", "overlap",
-           "piecewise_cuda_graph", "concurrency", "tp")
-GREEDY_KEY = ("variant", "attention_backend", "overlap", "piecewise_cuda_graph", "tp")
+           "piecewise_cuda_graph", "concurrency", "tp", "disaggregation")
+GREEDY_KEY = ("variant", "attention_backend", "overlap", "piecewise_cuda_graph", "tp",
+              "disaggregation")
 # key fields that older results files lack, and the value they then mean
-KEY_DEFAULTS = {"tp": 1, "rank": 0}
+KEY_DEFAULTS = {"tp": 1, "rank": 0, "disaggregation": None}
 VARIANTS = ("base", "patched", "upstream-0.5.13")
 
 
@@ -144,17 +145,19 @@ def equivalence_by_digest(data, new_label=None):
     prompts needs the ids) and are left for the greedy_runs to show."""
     runs = data.get("greedy_runs", [])
     have = {(g.get("variant"), g.get("attention_backend"), g.get("overlap"),
-             g.get("piecewise_cuda_graph"), g.get("prompts"), g.get("tp", 1))
+             g.get("piecewise_cuda_graph"), g.get("prompts"), g.get("tp", 1),
+             g.get("disaggregation"))
             for g in data.get("greedy_equivalence", [])}
     out = []
     for e in runs:
         if e.get("speculative") != "EAGLE3":
             continue
         key = (e["variant"], e["attention_backend"], e["overlap"],
-               e.get("piecewise_cuda_graph"), e["prompts"], e.get("tp", 1))
+               e.get("piecewise_cuda_graph"), e["prompts"], e.get("tp", 1),
+               e.get("disaggregation"))
+        same = ("variant", "attention_backend", "overlap", "prompts", "tp", "disaggregation")
         refs = [r for r in runs if r.get("speculative") == "none"
-                and (r["variant"], r["attention_backend"], r["overlap"], r["prompts"], r.get("tp", 1))
-                == (e["variant"], e["attention_backend"], e["overlap"], e["prompts"], e.get("tp", 1))]
+                and _key(r, same) == _key(e, same)]
         # the reference with the same piecewise setting first
         refs.sort(key=lambda r: r.get("piecewise_cuda_graph") != e.get("piecewise_cuda_graph"))
         if key in have or not refs:
@@ -170,7 +173,8 @@ def equivalence_by_digest(data, new_label=None):
                     "prompts": e["prompts"], "mismatched_prompts": 0, "tp": e.get("tp", 1),
                     "by": "sha256", "sha256": e["sha256"],
                     "calls": [e.get("call"), ref.get("call")],
-                    "reference_piecewise_cuda_graph": ref.get("piecewise_cuda_graph")})
+                    "reference_piecewise_cuda_graph": ref.get("piecewise_cuda_graph"),
+                    **({"disaggregation": e["disaggregation"]} if e.get("disaggregation") else {})})
     return out
 
 
@@ -233,7 +237,8 @@ def _setting(r):
     pw = "pcg" if r["piecewise_cuda_graph"] else "no-pcg"
     ov = "" if r["overlap"] else " no-overlap"
     tp = "" if r.get("tp", 1) == 1 else f" tp{r['tp']}"
-    return f"{r['variant']} {r['speculative']} {r['attention_backend']} {pw}{ov}{tp}"
+    pd = " disagg-decode" if r.get("disaggregation") == "decode" else ""
+    return f"{r['variant']} {r['speculative']} {r['attention_backend']} {pw}{ov}{tp}{pd}"
 
 
 def table(data):

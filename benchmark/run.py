@@ -41,6 +41,7 @@ class Run:
         self.profiles = []
         self.errors = []
         self.fmap, self.prompts, self.model_meta = None, [], {}
+        self.greedy_debug = {}  # greedy key -> debug-check counts of that server
         self.runner = BenchRunner(a.bench_runner, self.log)
         self.log_file = open(os.path.join(a.out_dir, "e2e-log.txt"), "a")
 
@@ -66,8 +67,12 @@ class Run:
         r = {"variant": var, "attention_backend": be, "overlap": ov,
              "piecewise_cuda_graph": pw, "tp": self.a.tp, "prompts": len(ids),
              "accept_length": self.greedy_meta.get(key)}
+        if self.a.disaggregation_decode:
+            r["disaggregation"] = "decode"
         if self.fmap:
             r["prompts_off_constructed_f"] = self.prompts_off_chain(ids)
+            r["prompts_off_own_chain"] = greedy.prompts_off_own_chain(ids, self.fmap)
+        r.update(self.greedy_debug.get(key, {}))
         return r
 
     def greedy_entries(self):
@@ -106,6 +111,8 @@ class Run:
             if not samples:
                 continue
             r = dict(zip(results.RUN_KEY, key), tp=self.a.tp)
+            if self.a.disaggregation_decode:
+                r["disaggregation"] = "decode"
             r.update(results.summarize_point(samples))
             r["samples"] = samples
             runs.append(r)
@@ -119,10 +126,33 @@ class Run:
                           "min_seconds": self.a.min_seconds, "seed": self.a.seed,
                           "dataset": "random-ids", "runner": self.runner.mode,
                           "side_by_side": self.a.side_by_side,
-                          "max_total_tokens": self.a.max_total_tokens}}
+                          "max_total_tokens": self.a.max_total_tokens,
+                          "debug_env": debug_env()}}
         if self.errors:
             data["errors"] = self.errors
         return results.write_merged(self.path, data)
+
+
+def debug_env():
+    """The sglang debug switches set for this run's servers (they change
+    timings: a run with any of them measures correctness, not speed)."""
+    return {k: v for k, v in sorted(os.environ.items()) if k.startswith("SGLANG_DEBUG_")}
+
+
+def server_extra_args(a):
+    """launch_server arguments beyond the setting's own."""
+    extra = list(a.server_arg)
+    if a.side_by_side:
+        # An idle server's scheduler otherwise busy-polls its sockets: on a
+        # machine whose vCPUs share physical cores that slows the server
+        # being measured, by a different amount from one moment to the next.
+        extra.append("--sleep-on-idle")
+    if a.disaggregation_decode:
+        # sglang's decode-only mode; the fake transfer builds each request's
+        # prebuilt batch without a prefill server
+        extra += ["--disaggregation-mode", "decode",
+                  "--disaggregation-transfer-backend", "fake"]
+    return extra
 
 
 def settings(a):
@@ -225,7 +255,8 @@ def serve_group(st, a, group, target, draft, vocab):
             cmd = server_command(sys.executable, target, draft, port, m.be, m.spec, m.ov, m.pw,
                                  tp=a.tp, spec_steps=a.spec_steps, draft_tokens=a.spec_steps + 1,
                                  mem_fraction=a.mem_fraction_static,
-                                 max_total_tokens=a.max_total_tokens, extra=a.server_arg)
+                                 max_total_tokens=a.max_total_tokens,
+                                 extra=server_extra_args(a))
             st.log(f"launch {m.tag}: {' '.join(cmd[1:])}")
             m.srv = Server(cmd, m.env, os.path.join(a.work_dir, f"server-{m.tag}.log"))
             stack.callback(m.srv.__exit__)
@@ -256,6 +287,12 @@ def greedy_check(st, a, m):
     ids, acc = greedy.generate(m.srv.url, st.prompts, a.greedy_new_tokens)
     st.greedy_out[m.greedy_key] = ids
     st.greedy_meta[m.greedy_key] = acc
+    state = m.srv.internal_state()
+    counts = {k: state[k] for k in ("seq_lens_truth_checks", "seq_lens_truth_violations")
+              if k in state}  # SGLANG_DEBUG_CHECK_SEQ_LENS_TRUTH=1, patched builds
+    if counts:
+        st.greedy_debug[m.greedy_key] = counts
+        st.log(f"  {m.tag}: seq_lens truth check {counts}")
     st.log(f"  {m.tag}: greedy {len(ids)}x{a.greedy_new_tokens} in {time.time() - t0:.1f}s"
            f", accept length {acc}")
 

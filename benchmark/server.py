@@ -150,6 +150,16 @@ class Server:
             self.log.close()
         return False
 
+    def internal_state(self):
+        """Scheduler rank 0's internal state (/get_server_info), {} if none."""
+        try:
+            info = http_json(self.url + "/get_server_info", timeout=60)
+        except Exception as e:  # a debug read, not a gate
+            print(f"  get_server_info failed: {e}", file=sys.stderr)
+            return {}
+        states = (info or {}).get("internal_states") or [{}]
+        return states[0] or {}
+
     def reset_spec_counters(self):
         """Zero the server's accept-length counters (best effort).
 

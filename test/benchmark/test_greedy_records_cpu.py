@@ -16,8 +16,9 @@ NOSPEC = ("base", "triton", True, "none", True)
 
 def _state(outputs):
     st = object.__new__(run.Run)
-    st.a = types.SimpleNamespace(greedy_new_tokens=2, tp=2)
+    st.a = types.SimpleNamespace(greedy_new_tokens=2, tp=2, disaggregation_decode=False)
     st.fmap = None
+    st.greedy_debug = {}
     st.greedy_out = dict(outputs)
     st.greedy_meta = {EAGLE: 2.9}
     return st
@@ -44,3 +45,19 @@ def test_runs_digest_equal_outputs_equally():
     assert runs["EAGLE3"]["accept_length"] == 2.9 and runs["none"]["accept_length"] is None
     other = _state({EAGLE: [[1, 3]]}).greedy_runs()[0]["sha256"]
     assert other != runs["EAGLE3"]["sha256"]
+
+
+def test_records_say_disaggregated_decode_and_the_own_chain():
+    st = _state({EAGLE: [[1, 2, 3], [7, 8, 9]], NOSPEC: [[1, 2, 3], [7, 8, 0]]})
+    st.a.disaggregation_decode = True
+    st.fmap = {t: t + 1 for t in range(10)}
+    st.prompts = [[5], [6]]
+    st.greedy_debug = {EAGLE: {"seq_lens_truth_checks": 40, "seq_lens_truth_violations": 0}}
+    runs = {r["speculative"]: r for r in st.greedy_runs()}
+    # the first token came from no real prefill: only the chain after it counts
+    assert runs["EAGLE3"]["prompts_off_own_chain"] == 0
+    assert runs["none"]["prompts_off_own_chain"] == 1
+    assert runs["EAGLE3"]["prompts_off_constructed_f"] == 2
+    assert runs["EAGLE3"]["disaggregation"] == "decode"
+    assert runs["EAGLE3"]["seq_lens_truth_checks"] == 40
+    assert "seq_lens_truth_checks" not in runs["none"]

@@ -149,6 +149,8 @@ def test_side_by_side_servers_overlap_and_repeats_interleave(tmp_path):
     for e in ups:
         argv = e["argv"]
         assert argv[argv.index("--max-total-tokens") + 1] == "12345"
+        # an idle server must not busy-poll beside the one being measured
+        assert "--sleep-on-idle" in argv
     # the bench points alternate between the two servers at every (rep, c)
     ports = [e["port"] for e in events if e["event"] == "bench"]
     assert len(ports) == 2 * 2 * 2
@@ -223,3 +225,13 @@ def test_profiles_of_every_tensor_parallel_rank(tmp_path):
     # each rank's numbers come from its own trace
     assert by[("base", 1)]["gpu_busy_us_per_step"] == by[("base", 0)]["gpu_busy_us_per_step"] + 1
     assert all(g["tp"] == 2 for g in data["greedy_runs"])
+
+
+def test_disaggregated_decode_servers_use_the_fake_transfer(tmp_path):
+    events, data = _run(tmp_path, "--no-bench", "--disaggregation-decode")
+    for e in [e for e in events if e["event"] == "up"]:
+        argv = e["argv"]
+        assert argv[argv.index("--disaggregation-mode") + 1] == "decode"
+        assert argv[argv.index("--disaggregation-transfer-backend") + 1] == "fake"
+        assert "--sleep-on-idle" not in argv  # one server at a time
+    assert {g["disaggregation"] for g in data["greedy_runs"]} == {"decode"}
