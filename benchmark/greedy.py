@@ -40,13 +40,22 @@ def make_prompts(n, vocab, seed=0, min_len=16, max_len=160):
             for _ in range(n)]
 
 
-def generate(url, prompts, new_tokens):
+# sglang's marker for "no real prefill server": a decode-only server with the
+# fake KV transfer needs it on each request (0.5.12.post1 fails to build a
+# bootstrap address from a request without a host)
+FAKE_BOOTSTRAP_HOST = "2.2.2.2"
+
+
+def generate(url, prompts, new_tokens, fake_bootstrap=False):
     """One batched request; returns (output id lists, accept length or None)."""
-    out = http_json(url + "/generate", {
+    payload = {
         "input_ids": prompts,
         "sampling_params": {"temperature": 0.0, "max_new_tokens": new_tokens,
                             "ignore_eos": True},
-    }, timeout=900)
+    }
+    if fake_bootstrap:
+        payload["bootstrap_host"] = FAKE_BOOTSTRAP_HOST
+    out = http_json(url + "/generate", payload, timeout=900)
     ids = [o["output_ids"] for o in out]
     tokens = sum(o["meta_info"].get("completion_tokens", 0) for o in out)
     verify = sum(o["meta_info"].get("spec_verify_ct", 0) for o in out)

@@ -284,7 +284,8 @@ def serve_group(st, a, group, target, draft, vocab):
 def greedy_check(st, a, m):
     m.srv.reset_spec_counters()
     t0 = time.time()
-    ids, acc = greedy.generate(m.srv.url, st.prompts, a.greedy_new_tokens)
+    ids, acc = greedy.generate(m.srv.url, st.prompts, a.greedy_new_tokens,
+                               fake_bootstrap=a.disaggregation_decode)
     st.greedy_out[m.greedy_key] = ids
     st.greedy_meta[m.greedy_key] = acc
     state = m.srv.internal_state()

@@ -54,6 +54,7 @@ LAUNCH_SERVER = textwrap.dedent('''
             if self.path != "/generate":
                 return self._send({"success": True})
             ids = req["input_ids"]
+            note({"generate_bootstrap_host": req.get("bootstrap_host")})
             batch = ids if ids and isinstance(ids[0], list) else [ids]
             k = req["sampling_params"]["max_new_tokens"]
             # output: the prompt's last id + 1, +2, ... (same with and without spec)
@@ -235,3 +236,6 @@ def test_disaggregated_decode_servers_use_the_fake_transfer(tmp_path):
         assert argv[argv.index("--disaggregation-transfer-backend") + 1] == "fake"
         assert "--sleep-on-idle" not in argv  # one server at a time
     assert {g["disaggregation"] for g in data["greedy_runs"]} == {"decode"}
+    hosts = [e["event"]["generate_bootstrap_host"] for e in events
+             if isinstance(e["event"], dict) and "generate_bootstrap_host" in e["event"]]
+    assert hosts and set(hosts) == {"2.2.2.2"}  # the fake transfer's marker
