@@ -192,7 +192,7 @@ def test_profiles_of_each_server_plain_then_with_stack(tmp_path):
     events, data = _run(tmp_path, "--side-by-side", "--max-total-tokens", "1", "--no-bench",
                         "--profile-steps", "6", "--profile-stack-steps", "2")
     asked = [(e["port"], e["event"]["start_profile"]) for e in events
-             if isinstance(e["event"], dict)]
+             if isinstance(e["event"], dict) and "start_profile" in e["event"]]
     # both servers plain first, then both with Python stacks
     assert [(r["activities"], r["with_stack"], r["num_steps"]) for _, r in asked] == [
         (["GPU"], False, 6), (["GPU"], False, 6),
