@@ -3,7 +3,6 @@
 import os
 import subprocess
 import sys
-import textwrap
 
 import pytest
 from conftest import REPO, make_read_only, make_writable, snapshot
@@ -120,41 +119,46 @@ def test_series_names_a_missing_patch(pristine, patches_copy):
     assert snapshot(pristine) == before
 
 
+def _renames_into_package(op, path):
+    return op == "rename" and ".sglpatch-journal" not in str(path)
+
+
 def test_failure_after_first_written_file_rolls_back(pristine, monkeypatch):
     before = snapshot(pristine)
-    real_write = txn.write_file
     written = []
 
-    def write_then_fail(path, data):
-        if written:
-            raise KeyboardInterrupt  # Ctrl-C half-way
-        real_write(path, data)
-        written.append(path)
+    def interrupt_at_second_file(op, path):
+        if _renames_into_package(op, path):
+            written.append(path)
+            if len(written) == 2:
+                raise KeyboardInterrupt  # Ctrl-C half-way
 
-    monkeypatch.setattr(txn, "write_file", write_then_fail)
+    monkeypatch.setattr(txn, "fault_hook", interrupt_at_second_file)
     with pytest.raises(KeyboardInterrupt):
         engine.apply(str(pristine))
-    assert len(written) == 1
+    assert len(written) > 2  # the rollback renamed the first one back
     assert snapshot(pristine) == before  # no state file, no journal left
+
+
+_DIE_AT_SECOND_FILE = """
+import os, sys
+from sglpatch import engine, txn
+written = []
+def die_at_second_file(op, path):
+    if op == "rename" and ".sglpatch-journal" not in str(path):
+        if len(written) == int(sys.argv[2]):
+            os._exit(9)
+        written.append(path)
+txn.fault_hook = die_at_second_file
+engine.apply(sys.argv[1])
+"""
 
 
 def test_hard_kill_half_way_is_rolled_back_by_the_next_run(pristine):
     # The process dies (no except/finally runs) after one file was replaced.
-    script = textwrap.dedent(f"""
-        import os
-        from sglpatch import engine, txn
-        real = txn.write_file
-        count = []
-        def write_then_die(path, data):
-            if count:
-                os._exit(9)
-            real(path, data)
-            count.append(path)
-        txn.write_file = write_then_die
-        engine.apply({str(pristine)!r})
-    """)
     before = snapshot(pristine)
-    result = subprocess.run([sys.executable, "-c", script], cwd=REPO)
+    result = subprocess.run(
+        [sys.executable, "-c", _DIE_AT_SECOND_FILE, str(pristine), "1"], cwd=REPO)
     assert result.returncode == 9
     assert snapshot(pristine) != before  # half-applied, journal on disk
 
@@ -166,17 +170,8 @@ def test_hard_kill_half_way_is_rolled_back_by_the_next_run(pristine):
 
 
 def test_hard_kill_then_apply_completes(pristine):
-    script = textwrap.dedent(f"""
-        import os
-        from sglpatch import engine, txn
-        real = txn.write_file
-        def write_then_die(path, data):
-            real(path, data)
-            os._exit(9)
-        txn.write_file = write_then_die
-        engine.apply({str(pristine)!r})
-    """)
-    subprocess.run([sys.executable, "-c", script], cwd=REPO)
+    subprocess.run([sys.executable, "-c", _DIE_AT_SECOND_FILE, str(pristine), "0"],
+                   cwd=REPO)
     outcome = engine.apply(str(pristine))
     assert outcome.changed
     statuses = engine.status_report(str(pristine))["patches"]
