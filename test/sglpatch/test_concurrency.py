@@ -12,6 +12,7 @@ import pytest
 from conftest import REPO, sglpatch_cli, snapshot
 
 from sglpatch import engine
+from sglpatch.txn import JOURNAL_DIR
 
 
 def _start(*args, timeout_s="30"):
@@ -21,11 +22,14 @@ def _start(*args, timeout_s="30"):
                             text=True)
 
 
-def _freeze_when_journal_appears(proc, root):
-    """SIGSTOP `proc` the moment it has a journal in the package."""
+def _freeze_when_journal_appears(proc, root, exact=False):
+    """SIGSTOP `proc` the moment it has a journal in the package (exact: the
+    complete one, which is being rolled forward into the package)."""
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline and proc.poll() is None:
-        if any(name.startswith(".sglpatch-journal") for name in os.listdir(root)):
+        names = os.listdir(root)
+        if (JOURNAL_DIR in names) if exact else any(
+                name.startswith(JOURNAL_DIR) for name in names):
             os.kill(proc.pid, signal.SIGSTOP)
             return
     pytest.fail(f"no journal appeared: {proc.communicate()}")
@@ -90,3 +94,27 @@ def test_concurrent_apply_check_revert_leave_a_whole_state(installed, states, tm
             out, err = proc.communicate(timeout=60)
             assert proc.returncode == 0, (i, command, out, err)
         assert snapshot(site) in (states["pristine"], states["patched"]), i
+
+
+def test_read_only_commands_leave_a_killed_runs_journal_alone(installed, states):
+    site = installed.parent
+    first = _start("apply", "--sglang-dir", str(installed))
+    _freeze_when_journal_appears(first, installed, exact=True)
+    first.kill()  # SIGKILL, half-way through the writes
+    first.wait()
+    killed = snapshot(site)
+
+    for command in (["check"], ["apply", "--dry-run"]):
+        result = sglpatch_cli(*command, "--sglang-dir", str(installed))
+        assert result.returncode == 2, (command, result.stdout, result.stderr)
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1 and "journal" in lines[0], lines
+        assert "sglpatch revert" in lines[0]
+        assert snapshot(site) == killed  # not a byte changed
+    status = sglpatch_cli("status", "--sglang-dir", str(installed))
+    assert status.returncode == 0 and "sglpatch revert" in status.stdout
+    assert snapshot(site) == killed
+
+    reverted = sglpatch_cli("revert", "--sglang-dir", str(installed))
+    assert reverted.returncode == 0, reverted.stderr
+    assert snapshot(site) == states["pristine"]
