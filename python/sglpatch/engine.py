@@ -30,7 +30,6 @@ from sglpatch.state import (
 )
 from sglpatch.status import (
     APPLIED,
-    LOCALLY_EDITED,
     PARTLY_APPLIED,
     PatchStatus,
     current_hashes,
