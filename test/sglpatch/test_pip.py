@@ -15,7 +15,10 @@ from conftest import sglpatch_cli, snapshot
 
 from sglpatch import engine
 from sglpatch.series import SERIES_FILE, read_series_names
-from sglpatch.state import STATE_FILE, STORE_DIR
+
+# sglpatch's files in the package, as documented (README).
+STATE_FILE = ".sglpatch-state.json"
+STORE_DIR = ".sglpatch-pristine"
 
 
 def _record(root: Path) -> Path:
