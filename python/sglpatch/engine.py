@@ -2,7 +2,7 @@
 
 import os
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Dict, Iterator, List, Optional
 
@@ -22,7 +22,7 @@ from sglpatch.staging import run_in_scratch
 from sglpatch.state import (
     STATE_FILE,
     STORE_DIR,
-    Record,
+    NewState,
     State,
     read_state,
     store_path,
@@ -187,9 +187,9 @@ class _Change:
     """Everything one command writes (None: removes), in one transaction."""
 
     contents: Dict[str, Optional[bytes]]
-    bytecode: List[str]
+    bytecode: List[str] = field(default_factory=list)  # removed: stale .pyc
 
-    def finish(self, root: Path, progress: Progress) -> None:
+    def finish(self, root: Path) -> None:
         """Bytecode and pip's RECORD follow the files; then check and write."""
         touched = [rel for rel in self.contents if not rel.startswith(STORE_DIR)]
         self.bytecode = [b for b in stale_bytecode(root, touched) if b not in self.contents]
@@ -317,18 +317,18 @@ def apply(
         new = _staged(s, todo, after, progress=progress)
         names = _numbers(todo)
         skipped = s.skipped_note(todo)
-        change = _Change(dict(new), [])
+        change = _Change(dict(new))
         files = _files_of(series.patches[:goal])
         pristine = _pristine_bytes(s, done, files)
         change.contents.update(_store_contents(root, pristine))
-        record = Record(
+        new_state = NewState(
             sglang_version=s.pkg.version,
             applied=_applied_record(series.patches[:goal]),
             files={rel: {"before": sha256_bytes(pristine[rel]), "after": after[rel]}
                    for rel in files},
         )
-        change.contents[STATE_FILE] = record.to_bytes()
-        change.finish(root, progress)  # refuses here what the writing would meet
+        change.contents[STATE_FILE] = new_state.to_bytes()
+        change.finish(root)  # refuses here what the writing would meet
         if dry_run:
             return Outcome(
                 f"dry run: patches {names} apply cleanly to {root} ({len(new)} "
@@ -370,12 +370,12 @@ def revert(
         else:
             restore, count = _restore_by_series(s, progress)
         root = s.pkg.root
-        change = _Change(dict(restore), [])
+        change = _Change(dict(restore))
         change.contents.update(_sglpatch_leftovers(root))
         if not change.contents:
             return Outcome(f"no patch is applied to {root}; nothing to revert",
                            changed=False)
-        change.finish(root, progress)
+        change.finish(root)
         change.write(root, progress)
         if not restore:
             what = ("removed a stale sglpatch state file (the files were already "

@@ -45,7 +45,7 @@ class State:
 
 
 @dataclass
-class Record:
+class NewState:
     """What a new state file will say."""
 
     sglang_version: Optional[str]
