@@ -23,9 +23,7 @@ def stale_bytecode(root: Path, touched: List[str]) -> List[str]:
         legacy = source.with_suffix(".pyc")  # beside the source (Python 2 style)
         if legacy.is_file():
             candidates.append(legacy)
-        for path in candidates:
-            # `{stem}.*.pyc` also matches another module's `{stem}.x.cpython…`
-            # only if that module's name starts with "{stem}.", which is not a
-            # valid module name; so every match belongs to this source.
-            found.append(str(path.relative_to(root)))
+        # `{stem}.*.pyc` (e.g. `x.cpython-311.opt-1.pyc`) cannot match another
+        # module's bytecode: a module name has no dot.
+        found.extend(str(path.relative_to(root)) for path in candidates)
     return found

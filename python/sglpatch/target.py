@@ -1,5 +1,7 @@
 """Finding the sglang package to patch and checking it is one we can patch."""
 
+import array
+import fcntl
 import importlib.util
 import os
 import re
@@ -110,11 +112,8 @@ _FS_FLAGS_NO_REPLACE = 0x00000010 | 0x00000020
 def _is_immutable(path: Path) -> bool:
     """chattr +i / +a: even root cannot replace the file. Unknown: False."""
     try:
-        import array
-        import fcntl
-
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
-    except (ImportError, OSError):
+    except OSError:
         return False
     try:
         flags = array.array("l", [0])
