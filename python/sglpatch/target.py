@@ -6,7 +6,6 @@ import importlib.util
 import os
 import re
 import stat
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
@@ -89,19 +88,14 @@ def require_version(pkg: SglangPackage, expected: str) -> None:
 
 def _is_writable_dir(path: Path) -> bool:
     # Mode bits first: root passes os.access() on a `chmod a-w` directory, but
-    # a package someone made read-only is not ours to change. Then a real
-    # probe, which also catches read-only mounts.
+    # a package someone made read-only is not ours to change. Then the mount:
+    # root passes os.access() on a read-only mount too. (No probe file: a
+    # kill between creating and removing it would leave it in the package.)
     if not path.stat().st_mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH):
         return False
     if not os.access(path, os.W_OK | os.X_OK):
         return False
-    try:
-        fd, probe = tempfile.mkstemp(prefix=".sglpatch-probe-", dir=path)
-    except OSError:
-        return False
-    os.close(fd)
-    os.unlink(probe)
-    return True
+    return not os.statvfs(path).f_flag & os.ST_RDONLY
 
 
 # FS_IOC_GETFLAGS and its immutable / append-only bits (linux/fs.h).

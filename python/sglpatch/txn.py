@@ -34,8 +34,8 @@ _SAVED = "saved"
 _TMP_PREFIX = ".sglpatch-tmp-"
 
 # Called before every change this module makes to the file system, with the
-# kind of change and its path: the fault-injection tests stop the process
-# there, at each one in turn.
+# kind of change and its path: tests inject failures there (a full disk,
+# Ctrl-C at a chosen step).
 fault_hook: Optional[Callable[[str, Path], None]] = None
 
 

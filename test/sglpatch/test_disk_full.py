@@ -17,6 +17,7 @@ def _cli(capsys, *args):
 
 
 class _Statvfs:
+    f_flag = 0
     f_frsize = 4096
     f_bavail = 100  # 400 KiB free
 
@@ -68,3 +69,24 @@ def test_disk_full_during_revert_keeps_the_package_patched(
     code, out, errors = _cli(capsys, "revert", "--sglang-dir", str(installed))
     assert code == 2 and len(errors) == 1, errors
     assert snapshot(site) == patched
+
+
+@pytest.mark.parametrize("number", [1, 10, 30])
+def test_disk_full_seen_at_fsync_rolls_back(installed, monkeypatch, capsys, number):
+    """ext4 with delayed allocation reports a full disk at fsync; from then on
+    every fsync fails (nothing new fits), but the rollback must still work."""
+    site = installed.parent
+    before = snapshot(site)
+    real_fsync, calls = os.fsync, []
+
+    def fsync(fd):
+        calls.append(fd)
+        if len(calls) >= number:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    code, out, errors = _cli(capsys, "apply", "--sglang-dir", str(installed))
+    assert code == 2
+    assert len(errors) == 1 and "No space left on device" in errors[0], errors
+    assert snapshot(site) == before
