@@ -9,8 +9,9 @@ race with a waiter. The kernel drops the lock when its holder dies, however
 it dies, so a journal found while holding the exclusive lock was left by a
 dead process and may be rolled back.
 
-A writer also records its PID in `.sglpatch-lock` inside the package, so a
-command that gives up waiting can say who holds the package.
+A command that gives up waiting names the holder's PID, read from the
+kernel's table of locks (/proc/locks on Linux): nothing is written into the
+package, so nothing is left behind when the holder is killed.
 """
 
 import errno
@@ -23,7 +24,7 @@ from typing import Iterator
 
 from sglpatch.errors import SglpatchError
 
-HOLDER_FILE = ".sglpatch-lock"
+LOCKS_TABLE = Path("/proc/locks")
 # How long a command waits for another one on the same package; tests and
 # impatient users shorten it through the environment.
 DEFAULT_WAIT_S = 30.0
@@ -39,11 +40,20 @@ def _wait_s() -> float:
 
 
 def _holder(root: Path) -> str:
+    """Who holds the lock on root, as far as the kernel tells."""
     try:
-        pid = (root / HOLDER_FILE).read_text(encoding="ascii").strip()
+        st = os.stat(root)
+        lines = LOCKS_TABLE.read_text(encoding="ascii").splitlines()
     except (OSError, UnicodeDecodeError):
-        pid = ""
-    return f"sglpatch (pid {pid})" if pid.isdigit() else "another sglpatch command"
+        return "another sglpatch command"
+    # e.g. "3: FLOCK  ADVISORY  WRITE 4242 fd:01:1234 0 EOF"; waiters have "->"
+    wanted = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    pids = [fields[4] for fields in map(str.split, lines)
+            if len(fields) > 5 and fields[1] == "FLOCK" and fields[5] == wanted
+            and fields[4] != str(os.getpid())]
+    if pids:
+        return f"sglpatch (pid {', '.join(dict.fromkeys(pids))})"
+    return "another sglpatch command"
 
 
 @contextmanager
@@ -66,28 +76,6 @@ def package_lock(root: Path, exclusive: bool) -> Iterator[None]:
                     f"{_wait_s():g} s (try again when it has finished)"
                 )
             time.sleep(_POLL_S)
-        if exclusive:
-            _write_holder(root)
-        try:
-            yield
-        finally:
-            if exclusive:
-                _remove_holder(root)
+        yield
     finally:
         os.close(fd)  # releases the lock
-
-
-def _write_holder(root: Path) -> None:
-    # Informational only: on a full disk or read-only package the command
-    # goes on (and refuses later with the real reason).
-    try:
-        (root / HOLDER_FILE).write_text(f"{os.getpid()}\n", encoding="ascii")
-    except OSError:
-        pass
-
-
-def _remove_holder(root: Path) -> None:
-    try:
-        (root / HOLDER_FILE).unlink()
-    except OSError:
-        pass

@@ -91,12 +91,8 @@ def _with_bytecode(root):
 
 
 def _recover(root):
-    """What the next command does first (it takes the lock, and drops the
-    dead holder's PID file when done: not part of the package's state)."""
+    """What the next command does first, holding the lock (here no one else runs)."""
     txn.recover_interrupted(root)
-    holder = root / ".sglpatch-lock"
-    if holder.exists():
-        holder.unlink()
 
 
 def _key(root):
