@@ -128,7 +128,7 @@ def _numbers(patches) -> str:
 
 
 @contextmanager
-def _session(
+def _prologue(
     sglang_dir: Optional[str],
     patches_dir: Path,
     write: bool,
@@ -292,7 +292,7 @@ def apply(
     through: Optional[str] = None,
 ) -> Outcome:
     """Apply the series (or its patches up to `through`) from wherever it is."""
-    with _session(sglang_dir, patches_dir, write=not dry_run, progress=progress) as s:
+    with _prologue(sglang_dir, patches_dir, write=not dry_run, progress=progress) as s:
         require_version(s.pkg, s.series.base_version)
         if dry_run:
             _refuse_if_interrupted(s)
@@ -361,7 +361,7 @@ def revert(
     patches_dir: Path = PATCHES_DIR,
 ) -> Outcome:
     """Take the package back to pristine from wherever it is."""
-    with _session(sglang_dir, patches_dir, write=True, progress=progress) as s:
+    with _prologue(sglang_dir, patches_dir, write=True, progress=progress) as s:
         if s.state is not None:
             _require_changeable(s.pkg.root, list(s.state.files) + [STATE_FILE])
         pristine = stored_pristine(s.pkg.root, s.state)
@@ -451,7 +451,7 @@ def _state_report(s: Survey, prefix: Optional[int]) -> Optional[dict]:
 
 def status_report(sglang_dir: Optional[str] = None,
                   patches_dir: Path = PATCHES_DIR) -> dict:
-    with _session(sglang_dir, patches_dir, write=False) as s:
+    with _prologue(sglang_dir, patches_dir, write=False) as s:
         try:
             prefix: Optional[int] = s.applied_prefix()
         except SglpatchError:
@@ -492,7 +492,7 @@ def check(sglang_dir: Optional[str] = None, patches_dir: Path = PATCHES_DIR) -> 
                 f"(no sglang found to check against)",
                 changed=False,
             )
-    with _session(sglang_dir, patches_dir, write=False) as s:
+    with _prologue(sglang_dir, patches_dir, write=False) as s:
         require_version(s.pkg, series.base_version)
         _refuse_if_interrupted(s)
         done = s.applied_prefix()
