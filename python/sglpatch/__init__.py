@@ -1,6 +1,6 @@
 """sglpatch: the overlap-scheduler batch-contract rework, as a patch series for sglang 0.5.12.post1."""
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 # The only sglang release the series is written against.
 SGLANG_BASE_VERSION = "0.5.12.post1"

@@ -1,17 +1,36 @@
 """apply / revert / status / check on one sglang package."""
 
-import json
-from dataclasses import dataclass
+import os
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, Iterator, List, Optional
 
-from sglpatch import __version__
+from sglpatch.bytecode import stale_bytecode
 from sglpatch.errors import SglpatchError
-from sglpatch.series import PATCHES_DIR, Series, load_series, sha256_bytes
+from sglpatch.lock import package_lock
+from sglpatch.pip_record import find_record, record_rel, updated_record
+from sglpatch.series import (
+    PATCHES_DIR,
+    UPSTREAM_PREFIX,
+    Series,
+    load_series,
+    sha256_bytes,
+    sha256_file,
+)
 from sglpatch.staging import run_in_scratch
+from sglpatch.state import (
+    STATE_FILE,
+    STORE_DIR,
+    NewState,
+    State,
+    read_state,
+    store_path,
+    stored_pristine,
+)
 from sglpatch.status import (
     APPLIED,
-    CONFLICTING,
+    PARTLY_APPLIED,
     PatchStatus,
     current_hashes,
     patch_statuses,
@@ -21,14 +40,15 @@ from sglpatch.target import (
     default_sglang_dir,
     open_sglang,
     require_version,
+    unchangeable_files,
     unwritable_dirs,
 )
-from sglpatch.txn import JOURNAL_DIR, recover_interrupted, replace_files
-
-# Lives inside the target package, like patch-package's state file.
-STATE_FILE = ".sglpatch-state.json"
+from sglpatch.txn import JOURNAL_DIR, journal_present, recover_interrupted, replace_files
 
 Progress = Callable[[str], None]
+# Room the journal's index and directories need beyond the new files' bytes.
+_SPACE_MARGIN = 1 << 20
+RECOVER_HINT = "`sglpatch revert` or `sglpatch apply` rolls it back"
 
 
 def _quiet(msg: str) -> None:
@@ -48,76 +68,91 @@ class Survey:
     pkg: SglangPackage
     series: Series
     statuses: List[PatchStatus]
-    state: Optional[dict]
-    recovered: bool
+    state: Optional[State]
 
     def applied_prefix(self) -> int:
         """How many leading patches are applied; refuse any other shape."""
-        conflicting = [s for s in self.statuses if s.state == CONFLICTING]
-        if conflicting:
-            foreign = sorted({f for s in conflicting for f in s.foreign_files})
-            if foreign:
-                hint = ""
-                if self.state and self.state.get("applied") != _applied_record(
-                    self.series.patches
-                ):
-                    hint = (
-                        f" (it was patched by sglpatch "
-                        f"{self.state.get('sglpatch_version')} with another series)"
-                    )
-                raise SglpatchError(
-                    f"{len(foreign)} file(s) the series touches differ from both "
-                    f"their pristine and their patched form{hint}: "
-                    + ", ".join(foreign[:5])
-                    + (" ..." if len(foreign) > 5 else "")
-                    + "; restore them (e.g. reinstall sglang) and try again"
-                )
-            names = ", ".join(s.name for s in conflicting)
-            raise SglpatchError(f"patches only partly applied: {names}")
-        prefix = 0
-        while prefix < len(self.statuses) and self.statuses[prefix].state == APPLIED:
-            prefix += 1
-        if any(s.state == APPLIED for s in self.statuses[prefix:]):
+        edited = sorted({f for s in self.statuses for f in s.locally_edited})
+        if edited:
+            raise SglpatchError(
+                f"{len(edited)} file(s) the series touches are locally edited (they "
+                f"differ from both their pristine and their patched form)"
+                f"{self._other_series_hint()}: "
+                + ", ".join(edited[:5])
+                + (" ..." if len(edited) > 5 else "")
+                + "; restore them (e.g. reinstall sglang) and try again"
+            )
+        partly = [s.name for s in self.statuses if s.status == PARTLY_APPLIED]
+        if partly:
+            raise SglpatchError(
+                f"patches only partly applied: {', '.join(partly)}; restore the "
+                f"files (e.g. reinstall sglang) and try again"
+            )
+        prefix = _prefix_length(self.statuses)
+        if any(s.status == APPLIED for s in self.statuses[prefix:]):
             raise SglpatchError(
                 "the package has later patches of the series without earlier ones"
             )
         return prefix
+
+    def _other_series_hint(self) -> str:
+        state = self.state
+        if state is None or state.problem:
+            return ""
+        if state.applied == _applied_record(self.series.patches[: len(state.applied)]):
+            return ""
+        return (f" (it was patched by {state.written_by()} with another series; "
+                f"`sglpatch revert` undoes that from the copies kept in the package)")
+
+    def skipped_note(self, patches) -> str:
+        skipped = [rel for p in patches for rel in p.not_installed]
+        if not skipped:
+            return ""
+        return (f"; skipped {len(skipped)} file(s) outside {UPSTREAM_PREFIX} "
+                f"(upstream's tests: not part of an installed package)")
+
+
+def _prefix_length(statuses: List[PatchStatus]) -> int:
+    prefix = 0
+    while prefix < len(statuses) and statuses[prefix].status == APPLIED:
+        prefix += 1
+    return prefix
 
 
 def _applied_record(patches) -> list:
     return [{"name": p.name, "sha256": p.sha256} for p in patches]
 
 
-def read_state(root: Path) -> Optional[dict]:
-    path = root / STATE_FILE
-    if not path.is_file():
-        return None
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except ValueError:
-        return {"unreadable": True}
+def _numbers(patches) -> str:
+    return ", ".join(p.number for p in patches)
 
 
-def survey(
+@contextmanager
+def _prologue(
     sglang_dir: Optional[str],
-    patches_dir: Path = PATCHES_DIR,
-    read_only: bool = False,
-) -> Survey:
-    """Read the package; unless read_only, first roll back an interrupted run."""
+    patches_dir: Path,
+    write: bool,
+    progress: Progress = _quiet,
+) -> Iterator[Survey]:
+    """Every command's prologue: verify the series, open the package and hold
+    its lock for the whole command (exclusive to write). Only a writer rolls
+    back a journal, and only under the lock, i.e. when its writer is dead."""
     series = load_series(patches_dir)
     pkg = open_sglang(sglang_dir)
-    if not read_only:
-        require_version(pkg, series.base_version)
-    recovered = False if read_only else recover_interrupted(pkg.root)
-    statuses = patch_statuses(series, current_hashes(pkg.root, series))
-    return Survey(pkg, series, statuses, read_state(pkg.root), recovered)
+    with package_lock(pkg.root, exclusive=write):
+        if write and recover_interrupted(pkg.root):
+            progress("finished an interrupted sglpatch run found in the package "
+                     "(rolled back unless it had committed)")
+        statuses = patch_statuses(series, current_hashes(pkg.root, series))
+        yield Survey(pkg, series, statuses, read_state(pkg.root))
 
 
-def _require_writable(pkg: SglangPackage, files: List[str]) -> None:
-    blocked = unwritable_dirs(pkg.root, files)
-    if blocked:
+def _refuse_if_interrupted(s: Survey) -> None:
+    """Read-only commands change nothing, a journal's rollback included."""
+    if journal_present(s.pkg.root):
         raise SglpatchError(
-            "cannot write to " + ", ".join(blocked) + " (read-only sglang install?)"
+            f"an interrupted sglpatch run left a journal in {s.pkg.root}; "
+            f"{RECOVER_HINT}; run one first"
         )
 
 
@@ -147,14 +182,106 @@ def _staged(
     return new
 
 
-def _state_bytes(pkg: SglangPackage, series: Series, before, after) -> bytes:
-    state = {
-        "sglpatch_version": __version__,
-        "sglang_version": pkg.version,
-        "applied": _applied_record(series.patches),
-        "files": {rel: {"before": before[rel], "after": after[rel]} for rel in after},
-    }
-    return (json.dumps(state, indent=2, sort_keys=True) + "\n").encode()
+@dataclass
+class _Change:
+    """Everything one command writes (None: removes), in one transaction."""
+
+    contents: Dict[str, Optional[bytes]]
+    bytecode: List[str] = field(default_factory=list)  # removed: stale .pyc
+
+    def finish(self, root: Path) -> None:
+        """Bytecode and pip's RECORD follow the files; then check and write."""
+        touched = [rel for rel in self.contents if not rel.startswith(STORE_DIR)]
+        self.bytecode = [b for b in stale_bytecode(root, touched) if b not in self.contents]
+        record = find_record(root)
+        if record is not None:
+            self.contents[record_rel(root, record)] = updated_record(
+                record.read_bytes(), root.name, dict(self.contents)
+            )
+        for rel in self.bytecode:
+            self.contents[rel] = None
+        _require_changeable(root, list(self.contents))
+        _require_space(root, self.contents)
+
+    def write(self, root: Path, progress: Progress) -> None:
+        progress(f"writing {len(self.contents)} files")
+        try:
+            replace_files(root, self.contents)
+        except OSError as e:
+            where = f" ({e.filename})" if e.filename else ""
+            if journal_present(root):
+                raise SglpatchError(
+                    f"could not write to {root}: {e.strerror or e}{where}; the "
+                    f"rollback failed too, and {RECOVER_HINT}"
+                ) from None
+            raise SglpatchError(
+                f"could not write to {root}: {e.strerror or e}{where}; "
+                f"rolled back, nothing changed"
+            ) from None
+
+    def bytecode_note(self) -> str:
+        if not self.bytecode:
+            return ""
+        return (f"; removed {len(self.bytecode)} compiled bytecode file(s) of the "
+                f"changed modules (__pycache__)")
+
+
+def _require_changeable(root: Path, files: List[str]) -> None:
+    blocked = unwritable_dirs(root, files)
+    if blocked:
+        raise SglpatchError(
+            "cannot write to " + ", ".join(blocked) + " (read-only sglang install?)"
+        )
+    frozen = unchangeable_files(root, [f for f in files if (root / f).exists()])
+    if frozen:
+        raise SglpatchError(
+            "marked immutable or append-only (chattr): " + ", ".join(frozen[:5])
+        )
+
+
+def _require_space(root: Path, contents: Dict[str, Optional[bytes]]) -> None:
+    """Refuse up front: a full disk half-way is rolled back, but need not be met."""
+    need = sum(len(d) for d in contents.values() if d is not None) + _SPACE_MARGIN
+    st = os.statvfs(root)
+    free = st.f_bavail * st.f_frsize
+    if free < need:
+        raise SglpatchError(
+            f"not enough free space for {root}: the change needs about "
+            f"{need / 2**20:.1f} MiB, {free / 2**20:.1f} MiB is free; nothing changed"
+        )
+
+
+def _pristine_bytes(s: Survey, done: int, files: List[str]) -> Dict[str, Optional[bytes]]:
+    """Pristine content of `files`: the package's kept copies, or the files
+    themselves where no applied patch touched them, or reversed in scratch."""
+    kept = stored_pristine(s.pkg.root, s.state) or {}
+    applied_files = set(_files_of(s.series.patches[:done]))
+    pristine, missing = {}, []
+    for rel in files:
+        if rel not in applied_files:
+            path = s.pkg.root / rel
+            pristine[rel] = path.read_bytes() if path.is_file() else None
+        elif rel in kept:
+            pristine[rel] = kept[rel]
+        else:
+            missing.append(rel)
+    if missing:
+        reversed_ = _staged(s, s.series.patches[:done], s.series.pristine_hashes(),
+                            reverse=True)
+        pristine.update({rel: reversed_[rel] for rel in missing})
+    return pristine
+
+
+def _store_contents(root: Path, pristine: Dict[str, Optional[bytes]]) -> Dict[str, bytes]:
+    """Copies of the pristine files that the package does not keep yet."""
+    store = {}
+    for data in pristine.values():
+        if data is None:
+            continue
+        digest = sha256_bytes(data)
+        if sha256_file(root / store_path(digest)) != digest:
+            store[store_path(digest)] = data
+    return store
 
 
 def apply(
@@ -162,38 +289,70 @@ def apply(
     dry_run: bool = False,
     progress: Progress = _quiet,
     patches_dir: Path = PATCHES_DIR,
+    through: Optional[str] = None,
 ) -> Outcome:
-    s = survey(sglang_dir, patches_dir)
-    if s.recovered:
-        progress("rolled back an interrupted sglpatch run found in the package")
-    done = s.applied_prefix()
-    series = s.series
-    todo = series.patches[done:]
-    if not todo:
-        return Outcome(
-            f"all {len(series.patches)} patches already applied to {s.pkg.root}; "
-            f"nothing changed",
-            changed=s.recovered,
+    """Apply the series (or its patches up to `through`) from wherever it is."""
+    with _prologue(sglang_dir, patches_dir, write=not dry_run, progress=progress) as s:
+        require_version(s.pkg, s.series.base_version)
+        if dry_run:
+            _refuse_if_interrupted(s)
+        series, root = s.series, s.pkg.root
+        goal = series.count_through(through) if through else len(series.patches)
+        done = s.applied_prefix()
+        if done > goal:
+            raise SglpatchError(
+                f"patches {_numbers(series.patches[:done])} are applied to {root}, "
+                f"more than --through {through}; `sglpatch revert` first"
+            )
+        todo = series.patches[done:goal]
+        if not todo:
+            return Outcome(
+                f"patches {_numbers(series.patches[:goal])} already applied to "
+                f"{root}; nothing changed",
+                changed=False,
+            )
+        # Refused before any work; _Change.finish checks again, in full.
+        _require_changeable(root, _files_of(todo) + [STATE_FILE])
+        after = series.hashes_after(goal)
+        new = _staged(s, todo, after, progress=progress)
+        names = _numbers(todo)
+        skipped = s.skipped_note(todo)
+        change = _Change(dict(new))
+        files = _files_of(series.patches[:goal])
+        pristine = _pristine_bytes(s, done, files)
+        change.contents.update(_store_contents(root, pristine))
+        new_state = NewState(
+            sglang_version=s.pkg.version,
+            applied=_applied_record(series.patches[:goal]),
+            files={rel: {"before": sha256_bytes(pristine[rel]), "after": after[rel]}
+                   for rel in files},
         )
-    _require_writable(s.pkg, _files_of(todo) + [STATE_FILE])
-    new = _staged(s, todo, series.final_hashes(), progress=progress)
-    names = ", ".join(p.name.split("-", 1)[0] for p in todo)
-    if dry_run:
+        change.contents[STATE_FILE] = new_state.to_bytes()
+        change.finish(root)  # refuses here what the writing would meet
+        if dry_run:
+            return Outcome(
+                f"dry run: patches {names} apply cleanly to {root} ({len(new)} "
+                f"files){skipped}; nothing changed",
+                changed=False,
+            )
+        change.write(root, progress)
         return Outcome(
-            f"dry run: patches {names} apply cleanly to {s.pkg.root} "
-            f"({len(new)} files); nothing changed",
-            changed=False,
+            f"applied patches {names} to {root}{skipped}{change.bytecode_note()}",
+            changed=True,
         )
-    progress(f"writing {len(new)} files")
-    contents = dict(new)
-    contents[STATE_FILE] = _state_bytes(
-        s.pkg,
-        series,
-        before=series.pristine_hashes(),
-        after=series.final_hashes(),
-    )
-    replace_files(s.pkg.root, contents)
-    return Outcome(f"applied patches {names} to {s.pkg.root}", changed=True)
+
+
+def _sglpatch_leftovers(root: Path) -> Dict[str, None]:
+    """The state file and kept copies, to be removed."""
+    gone: Dict[str, None] = {}
+    if (root / STATE_FILE).exists():
+        gone[STATE_FILE] = None
+    store = root / STORE_DIR
+    if store.is_dir():
+        for path in sorted(store.rglob("*")):
+            if path.is_file():
+                gone[str(path.relative_to(root))] = None
+    return gone
 
 
 def revert(
@@ -201,54 +360,124 @@ def revert(
     progress: Progress = _quiet,
     patches_dir: Path = PATCHES_DIR,
 ) -> Outcome:
-    s = survey(sglang_dir, patches_dir)
-    if s.recovered:
-        progress("rolled back an interrupted sglpatch run found in the package")
+    """Take the package back to pristine from wherever it is."""
+    with _prologue(sglang_dir, patches_dir, write=True, progress=progress) as s:
+        if s.state is not None:
+            _require_changeable(s.pkg.root, list(s.state.files) + [STATE_FILE])
+        pristine = stored_pristine(s.pkg.root, s.state)
+        if pristine is not None:
+            restore, count = _restore_from_copies(s, pristine), len(s.state.applied)
+        else:
+            restore, count = _restore_by_series(s, progress)
+        root = s.pkg.root
+        change = _Change(dict(restore))
+        change.contents.update(_sglpatch_leftovers(root))
+        if not change.contents:
+            return Outcome(f"no patch is applied to {root}; nothing to revert",
+                           changed=False)
+        change.finish(root)
+        change.write(root, progress)
+        if not restore:
+            what = ("removed a stale sglpatch state file (the files were already "
+                    "pristine: sglang reinstalled?)" if s.state else
+                    "removed sglpatch's leftover files")
+            return Outcome(f"{what} from {root}{change.bytecode_note()}", changed=True)
+        return Outcome(
+            f"reverted {count} patches; {len(restore)} files are byte-identical "
+            f"to sglang {s.pkg.version_text}{change.bytecode_note()}",
+            changed=True,
+        )
+
+
+def _restore_from_copies(s: Survey, pristine: Dict[str, Optional[bytes]]) -> dict:
+    """What to write back, from the copies the state file points at."""
+    restore, edited = {}, []
+    for rel, hashes in s.state.files.items():
+        current = sha256_file(s.pkg.root / rel)
+        if current == hashes.get("before"):
+            continue  # already pristine (e.g. sglang was reinstalled)
+        if current != hashes.get("after"):
+            edited.append(rel)
+        restore[rel] = pristine[rel]
+    if edited:
+        raise SglpatchError(
+            f"{len(edited)} file(s) were changed after sglpatch patched them: "
+            + ", ".join(edited[:5]) + (" ..." if len(edited) > 5 else "")
+            + "; restore them (e.g. reinstall sglang) and try again"
+        )
+    return restore
+
+
+def _restore_by_series(s: Survey, progress: Progress):
+    """No kept copies (patched by sglpatch 0.1.0, or by hand): reverse the series."""
     done = s.applied_prefix()
     applied = s.series.patches[:done]
-    state_present = (s.pkg.root / STATE_FILE).exists()
     if not applied:
-        if state_present:
-            _require_writable(s.pkg, [STATE_FILE])
-            replace_files(s.pkg.root, {STATE_FILE: None})
-        return Outcome(f"no patch is applied to {s.pkg.root}; nothing to revert",
-                       changed=state_present or s.recovered)
-    _require_writable(s.pkg, _files_of(applied) + [STATE_FILE])
-    new = _staged(
-        s, applied, s.series.pristine_hashes(), reverse=True, progress=progress
-    )
-    progress(f"restoring {len(new)} files")
-    contents = dict(new)
-    contents[STATE_FILE] = None
-    replace_files(s.pkg.root, contents)
-    return Outcome(
-        f"reverted {len(applied)} patches; {len(new)} files are byte-identical "
-        f"to sglang {s.pkg.version}",
-        changed=True,
-    )
+        return {}, 0
+    require_version(s.pkg, s.series.base_version)
+    return _staged(s, applied, s.series.pristine_hashes(), reverse=True,
+                   progress=progress), done
+
+
+def _state_report(s: Survey, prefix: Optional[int]) -> Optional[dict]:
+    """The state file, and whether it agrees with the files."""
+    state = s.state
+    if state is None:
+        return None
+    report = {"format": state.format, "written_by": state.written_by(),
+              "applied": state.applied_names, "problem": state.problem}
+    if state.problem:
+        report["problem"] = (f"the state file is {state.problem}; `sglpatch revert` "
+                             f"or `sglpatch apply` replaces it")
+        return report
+    hashes = {rel: sha256_file(s.pkg.root / rel) for rel in state.files}
+    changed = [rel for rel, h in state.files.items() if h.get("before") != h.get("after")]
+    if changed and all(hashes[rel] == state.files[rel].get("before") for rel in changed):
+        report["problem"] = (
+            f"the state file is stale: it says {len(state.applied)} patches are "
+            f"applied, but every file it lists is pristine (sglang was reinstalled "
+            f"after sglpatch patched it?); `sglpatch revert` removes it, "
+            f"`sglpatch apply` applies the series again"
+        )
+    elif prefix is not None and state.applied_names != [
+        p.name for p in s.series.patches[:prefix]
+    ]:
+        report["problem"] = (
+            f"the state file (written by {state.written_by()}) names other patches "
+            f"than the files show; `sglpatch revert` goes back to pristine"
+        )
+    return report
 
 
 def status_report(sglang_dir: Optional[str] = None,
                   patches_dir: Path = PATCHES_DIR) -> dict:
-    s = survey(sglang_dir, patches_dir, read_only=True)
-    return {
-        "sglang_version": s.pkg.version,
-        "sglang_dir": str(s.pkg.root),
-        "series_base_version": s.series.base_version,
-        "version_supported": s.pkg.version == s.series.base_version,
-        "state_file": s.state is not None,
-        # A journal left by a killed run; the next apply/revert rolls it back.
-        "interrupted_run_pending": (s.pkg.root / JOURNAL_DIR).exists(),
-        "patches": [
-            {
-                "name": st.name,
-                "status": st.state,
-                "files": st.files,
-                "locally_modified": st.foreign_files,
-            }
-            for st in s.statuses
-        ],
-    }
+    with _prologue(sglang_dir, patches_dir, write=False) as s:
+        try:
+            prefix: Optional[int] = s.applied_prefix()
+        except SglpatchError:
+            prefix = None
+        return {
+            "sglang_version": s.pkg.version,
+            "sglang_dir": str(s.pkg.root),
+            "series_base_version": s.series.base_version,
+            "version_supported": s.pkg.version == s.series.base_version,
+            "state_file": s.state is not None,
+            "state": _state_report(s, prefix),
+            # The last patch of the applied prefix; None: none, or no prefix.
+            "applied_through": s.series.patches[prefix - 1].name if prefix else None,
+            # A journal left by a killed run; the next apply/revert rolls it back.
+            "interrupted_run_pending": (s.pkg.root / JOURNAL_DIR).exists(),
+            "patches": [
+                {
+                    "name": st.name,
+                    "status": st.status,
+                    "files": st.files,
+                    "locally_edited": st.locally_edited,
+                    "not_installed": st.not_installed,
+                }
+                for st in s.statuses
+            ],
+        }
 
 
 def check(sglang_dir: Optional[str] = None, patches_dir: Path = PATCHES_DIR) -> Outcome:
@@ -263,15 +492,18 @@ def check(sglang_dir: Optional[str] = None, patches_dir: Path = PATCHES_DIR) -> 
                 f"(no sglang found to check against)",
                 changed=False,
             )
-    s = survey(sglang_dir, patches_dir)
-    done = s.applied_prefix()
-    if done == len(series.patches):
-        return Outcome(f"series OK and fully applied to {s.pkg.root}", changed=False)
-    todo = series.patches[done:]
-    _staged(s, todo, series.final_hashes())
-    return Outcome(
-        f"series OK; {len(todo)} patches not yet applied to {s.pkg.root} apply cleanly",
-        changed=False,
-    )
-
-
+    with _prologue(sglang_dir, patches_dir, write=False) as s:
+        require_version(s.pkg, series.base_version)
+        _refuse_if_interrupted(s)
+        done = s.applied_prefix()
+        skipped = s.skipped_note(series.patches)
+        if done == len(series.patches):
+            return Outcome(f"series OK and fully applied to {s.pkg.root}{skipped}",
+                           changed=False)
+        todo = series.patches[done:]
+        _staged(s, todo, series.final_hashes())
+        return Outcome(
+            f"series OK; patches {_numbers(todo)}, not yet applied to {s.pkg.root}, "
+            f"apply cleanly{skipped}",
+            changed=False,
+        )

@@ -29,6 +29,8 @@ from sglpatch.series import (
 )
 
 BASE_TAG = f"v{SGLANG_BASE_VERSION}"
+# Where the series lives in the sglpatch repository.
+REPO_PATCHES_DIR = Path("python") / "sglpatch" / "patches"
 # The wheel the base commit is made from. Its Python files are identical in
 # every cpXY wheel of the release; only the compiled grpc module differs, and
 # the work tree leaves compiled files out (upstream's repository has none).
@@ -117,8 +119,12 @@ def make_worktree(
 ) -> None:
     if shutil.which("git") is None:
         raise SglpatchError("git is needed, and none is on PATH")
+    if dest.exists() and not dest.is_dir():
+        raise SglpatchError(f"{dest} exists and is not a directory")
     if dest.exists() and any(dest.iterdir()):
         raise SglpatchError(f"{dest} exists and is not empty")
+    if wheel is not None and not wheel.is_file():
+        raise SglpatchError(f"no wheel at {wheel}")
     with tempfile.TemporaryDirectory(prefix="sglpatch-wheel-") as tmp:
         if wheel is None:
             progress(f"downloading sglang {SGLANG_BASE_VERSION} from PyPI")
@@ -155,14 +161,78 @@ def _touched_paths(repo: Path, commit: str) -> List[str]:
     return [line for line in out.splitlines() if line]
 
 
+def default_patches_dir(cwd: Path) -> Path:
+    """The series of the sglpatch repository `cwd` is in: what a maintainer
+    edits and commits (not the copy an installed sglpatch runs from)."""
+    result = subprocess.run(["git", "rev-parse", "--show-toplevel"], cwd=cwd,
+                            capture_output=True, text=True)
+    top = Path(result.stdout.strip()) if result.returncode == 0 else None
+    if top is None or not (top / REPO_PATCHES_DIR / SERIES_FILE).is_file():
+        raise SglpatchError(
+            f"{cwd} is not inside the sglpatch repository; run export there, "
+            f"or say where to write with --patches-dir"
+        )
+    return top / REPO_PATCHES_DIR
+
+
+def _require_exportable(repo: Path, commits: List[str]) -> None:
+    """Refuse, before writing anything, a tree whose commits are not the series."""
+    for state in ("rebase-merge", "rebase-apply", "CHERRY_PICK_HEAD", "MERGE_HEAD"):
+        path = Path(_git(repo, "rev-parse", "--git-path", state).strip())
+        if not path.is_absolute():
+            path = repo / path
+        if path.exists():
+            raise SglpatchError(
+                f"{repo} has a rebase, am, cherry-pick or merge in progress "
+                f"({path.name}); finish or abort it, then export"
+            )
+    dirty = _git(repo, "status", "--porcelain", "--untracked-files=no").strip()
+    if dirty:
+        first = dirty.splitlines()[0].strip()
+        raise SglpatchError(
+            f"{repo} has uncommitted or staged changes ({first} ...); commit or "
+            f"stash them, then export"
+        )
+    if not commits:
+        raise SglpatchError(f"no commits after {BASE_TAG} in {repo}")
+    for commit in commits:
+        if not _touched_paths(repo, commit):
+            subject = _git(repo, "log", "-1", "--format=%s", commit).strip()
+            raise SglpatchError(
+                f"commit {commit[:12]} ({subject}) changes nothing; drop it "
+                f"(git rebase -i {BASE_TAG}), then export"
+            )
+
+
+def _manifest_entry(repo: Path, commit: str, name: str, data: bytes) -> dict:
+    """The patch's hashes; files outside python/sglang/ only listed by name."""
+    changes, not_installed = [], []
+    for path in _touched_paths(repo, commit):
+        if not path.startswith(UPSTREAM_PREFIX):
+            not_installed.append(path)
+            continue
+        changes.append({
+            "path": path[len(UPSTREAM_PREFIX):],
+            "before": sha256_bytes(_git_bytes(repo, "show", f"{commit}^:{path}")),
+            "after": sha256_bytes(_git_bytes(repo, "show", f"{commit}:{path}")),
+        })
+    subject = _git(repo, "log", "-1", "--format=%s", commit).strip()
+    entry = {"name": name, "sha256": sha256_bytes(data), "subject": subject,
+             "files": changes}
+    if not_installed:  # absent when empty: manifests without it stay as they were
+        entry["not_installed"] = not_installed
+    return entry
+
+
 def export_series(
     repo: Path,
     patches_dir: Path = PATCHES_DIR,
     progress: Callable[[str], None] = print,
 ) -> List[str]:
+    if not (repo / ".git").exists():
+        raise SglpatchError(f"{repo} is not a git work tree (see `sglpatch worktree`)")
     commits = _git(repo, "rev-list", "--reverse", f"{BASE_TAG}..HEAD").split()
-    if not commits:
-        raise SglpatchError(f"no commits after {BASE_TAG} in {repo}")
+    _require_exportable(repo, commits)
     manifest = {"base_version": SGLANG_BASE_VERSION, "patches": []}
     with tempfile.TemporaryDirectory(prefix="sglpatch-export-") as tmp:
         _git(repo, "format-patch", "-q", "--no-numbered", "--zero-commit", "--no-signature",
@@ -171,23 +241,9 @@ def export_series(
         if len(names) != len(commits):
             raise SglpatchError("format-patch wrote an unexpected number of patches")
         for name, commit in zip(names, commits):
-            changes = []
-            for path in _touched_paths(repo, commit):
-                if not path.startswith(UPSTREAM_PREFIX):
-                    raise SglpatchError(
-                        f"{commit[:12]} touches {path}, outside {UPSTREAM_PREFIX}"
-                    )
-                changes.append({
-                    "path": path[len(UPSTREAM_PREFIX):],
-                    "before": sha256_bytes(_git_bytes(repo, "show", f"{commit}^:{path}")),
-                    "after": sha256_bytes(_git_bytes(repo, "show", f"{commit}:{path}")),
-                })
             data = (Path(tmp) / name).read_bytes()
-            subject = _git(repo, "log", "-1", "--format=%s", commit).strip()
-            manifest["patches"].append({
-                "name": name, "sha256": sha256_bytes(data), "subject": subject,
-                "files": changes,
-            })
+            manifest["patches"].append(_manifest_entry(repo, commit, name, data))
+        # Everything is known; only now is the old series replaced.
         patches_dir.mkdir(parents=True, exist_ok=True)
         for old in patches_dir.glob("*.patch"):
             old.unlink()
@@ -202,4 +258,6 @@ def export_series(
     (patches_dir / MANIFEST_FILE).write_text(
         json.dumps(manifest, indent=2) + "\n", encoding="utf-8"
     )
+    progress(f"wrote {len(names)} patches, {SERIES_FILE} and {MANIFEST_FILE} "
+             f"to {patches_dir}")
     return names

@@ -6,6 +6,11 @@ patch its sha256 and, for every file it touches (path relative to the
 `sglang/` package), the file's sha256 before and after that patch (null when
 the file does not exist). The manifest is what lets `status` tell pristine,
 patched and locally edited files apart without shipping sglang's sources.
+
+A patch may also carry files outside `python/sglang/` (upstream's tests, in
+`test/...`): the manifest lists those under `not_installed` (upstream paths,
+no hashes), `git am` onto a checkout takes them, and the tool, which works on
+an installed package, skips them. A manifest without the key has none.
 """
 
 import hashlib
@@ -45,10 +50,16 @@ class Patch:
     sha256: str
     subject: str
     changes: List[FileChange] = field(default_factory=list)
+    # Upstream paths outside python/sglang/: in the patch, not in a package.
+    not_installed: List[str] = field(default_factory=list)
 
     @property
     def files(self) -> List[str]:
         return [c.path for c in self.changes]
+
+    @property
+    def number(self) -> str:
+        return self.name.split("-", 1)[0]
 
 
 @dataclass
@@ -72,11 +83,27 @@ class Series:
         return first
 
     def final_hashes(self) -> Dict[str, Optional[str]]:
+        return self.hashes_after(len(self.patches))
+
+    def hashes_after(self, count: int) -> Dict[str, Optional[str]]:
+        """sha256 of each file the first `count` patches touch, after them."""
         last: Dict[str, Optional[str]] = {}
-        for patch in self.patches:
+        for patch in self.patches[:count]:
             for change in patch.changes:
                 last[change.path] = change.after
         return last
+
+    def count_through(self, through: str) -> int:
+        """How many leading patches `--through NNNN` means (by number or name)."""
+        spec = through.strip()
+        for i, patch in enumerate(self.patches):
+            if spec in (patch.name, patch.number) or (
+                spec.isdigit() and patch.number.isdigit()
+                and int(spec) == int(patch.number)
+            ):
+                return i + 1
+        numbers = ", ".join(p.number for p in self.patches)
+        raise SglpatchError(f"--through {through}: no such patch in the series ({numbers})")
 
 
 def read_series_names(patches_dir: Path) -> List[str]:
@@ -93,6 +120,16 @@ def read_series_names(patches_dir: Path) -> List[str]:
 
 def load_series(patches_dir: Path = PATCHES_DIR) -> Series:
     """Load and verify the series; any inconsistency is a clear error."""
+    try:
+        return _load_series(patches_dir)
+    except (KeyError, TypeError, AttributeError) as e:
+        raise SglpatchError(
+            f"{patches_dir / MANIFEST_FILE} is malformed ({type(e).__name__}: {e}); "
+            f"run `sglpatch export`"
+        ) from None
+
+
+def _load_series(patches_dir: Path) -> Series:
     names = read_series_names(patches_dir)
     manifest_file = patches_dir / MANIFEST_FILE
     if not manifest_file.is_file():
@@ -131,6 +168,7 @@ def load_series(patches_dir: Path = PATCHES_DIR) -> Series:
                 sha256=digest,
                 subject=entry.get("subject", ""),
                 changes=changes,
+                not_installed=list(entry.get("not_installed", [])),
             )
         )
     return Series(base_version=manifest["base_version"], patches=patches)

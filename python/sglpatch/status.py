@@ -8,17 +8,21 @@ from sglpatch.series import Series, sha256_file
 
 APPLIED = "applied"
 NOT_APPLIED = "not applied"
-CONFLICTING = "conflicting"
+# Some of the patch's files have it and some do not (no file edited).
+PARTLY_APPLIED = "partly applied"
+# A file the patch touches is neither pristine nor a state the series
+# produces: edited locally, or from another sglang build or series.
+LOCALLY_EDITED = "locally edited"
 
 
 @dataclass
 class PatchStatus:
     name: str
-    state: str  # APPLIED / NOT_APPLIED / CONFLICTING
+    status: str  # APPLIED / NOT_APPLIED / PARTLY_APPLIED / LOCALLY_EDITED
     files: List[str]
-    # Files whose content is neither a state the series produces nor the
-    # pristine one: edited locally, or from another sglang build.
-    foreign_files: List[str]
+    locally_edited: List[str]
+    # In the patch, but outside python/sglang/: not part of a package.
+    not_installed: List[str]
 
 
 def current_hashes(root: Path, series: Series) -> Dict[str, Optional[str]]:
@@ -40,7 +44,7 @@ def patch_statuses(series: Series, hashes: Dict[str, Optional[str]]) -> List[Pat
     seen_per_file: Dict[str, int] = {}
     statuses = []
     for patch in series.patches:
-        file_states, foreign = [], []
+        file_states, edited = [], []
         for change in patch.changes:
             chain = chains[change.path]
             step = seen_per_file.get(change.path, 0) + 1  # this patch's result index
@@ -48,17 +52,35 @@ def patch_statuses(series: Series, hashes: Dict[str, Optional[str]]) -> List[Pat
             current = hashes[change.path]
             positions = [i for i, h in enumerate(chain) if h == current]
             if not positions:
-                foreign.append(change.path)
-                file_states.append(CONFLICTING)
+                edited.append(change.path)
+                file_states.append(LOCALLY_EDITED)
             elif max(positions) >= step:
                 file_states.append(APPLIED)
             else:
                 file_states.append(NOT_APPLIED)
-        if all(s == APPLIED for s in file_states):
-            state = APPLIED
+        if edited:
+            status = LOCALLY_EDITED
+        elif all(s == APPLIED for s in file_states):
+            status = APPLIED
         elif all(s == NOT_APPLIED for s in file_states):
-            state = NOT_APPLIED
+            status = NOT_APPLIED
         else:
-            state = CONFLICTING
-        statuses.append(PatchStatus(patch.name, state, patch.files, foreign))
+            status = PARTLY_APPLIED
+        statuses.append(
+            PatchStatus(patch.name, status, patch.files, edited, patch.not_installed)
+        )
+    _settle_packageless(statuses)
     return statuses
+
+
+def _settle_packageless(statuses: List[PatchStatus]) -> None:
+    """A patch that changes nothing in the package (only upstream's tests) is
+    as applied as the patch before it (the first: as the one after it), so
+    it never breaks the applied prefix."""
+    known = [s.status for s in statuses if s.files]
+    previous = known[0] if known else NOT_APPLIED
+    for st in statuses:
+        if st.files:
+            previous = st.status
+        else:
+            st.status = APPLIED if previous == APPLIED else NOT_APPLIED

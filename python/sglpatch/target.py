@@ -1,10 +1,11 @@
 """Finding the sglang package to patch and checking it is one we can patch."""
 
+import array
+import fcntl
 import importlib.util
 import os
 import re
 import stat
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
@@ -21,7 +22,11 @@ _VERSION_RE = re.compile(
 @dataclass(frozen=True)
 class SglangPackage:
     root: Path  # the `sglang/` package directory itself
-    version: str
+    version: Optional[str]  # None: no readable _version.py
+
+    @property
+    def version_text(self) -> str:
+        return self.version or "(version unknown)"
 
 
 def default_sglang_dir() -> Path:
@@ -39,26 +44,41 @@ def read_version(root: Path) -> Optional[str]:
     version_file = root / "_version.py"
     if not version_file.is_file():
         return None
-    match = _VERSION_RE.search(version_file.read_text(encoding="utf-8"))
+    text = version_file.read_text(encoding="utf-8", errors="replace")
+    match = _VERSION_RE.search(text)
     return match.group(1) if match else None
 
 
+def _is_package(path: Path) -> bool:
+    return (path / "__init__.py").is_file() and (path / "srt").is_dir()
+
+
 def open_sglang(sglang_dir: Optional[str]) -> SglangPackage:
-    root = Path(sglang_dir) if sglang_dir else default_sglang_dir()
+    """The package at sglang_dir (None: the one Python imports); its version
+    may be unknown, which only the commands that change it refuse."""
+    if sglang_dir is not None and not sglang_dir.strip():
+        raise SglpatchError("--sglang-dir is empty; give the sglang package directory")
+    root = Path(sglang_dir) if sglang_dir is not None else default_sglang_dir()
     root = root.resolve()
     if not root.is_dir():
         raise SglpatchError(f"{root} is not a directory")
-    if not (root / "__init__.py").is_file() or not (root / "srt").is_dir():
+    if not _is_package(root):
+        hint = ""
+        if _is_package(root / "sglang"):
+            hint = f"; did you mean {root / 'sglang'}?"
         raise SglpatchError(
-            f"{root} is not an sglang package (expected __init__.py and srt/ inside)"
+            f"{root} is not an sglang package (expected __init__.py and srt/ "
+            f"inside){hint}"
         )
-    version = read_version(root)
-    if version is None:
-        raise SglpatchError(f"cannot read the sglang version from {root}/_version.py")
-    return SglangPackage(root=root, version=version)
+    return SglangPackage(root=root, version=read_version(root))
 
 
 def require_version(pkg: SglangPackage, expected: str) -> None:
+    if pkg.version is None:
+        raise SglpatchError(
+            f"cannot read the sglang version from {pkg.root}/_version.py; "
+            f"the series is for sglang {expected} only"
+        )
     if pkg.version != expected:
         raise SglpatchError(
             f"{pkg.root} is sglang {pkg.version}; this series is for sglang "
@@ -68,19 +88,46 @@ def require_version(pkg: SglangPackage, expected: str) -> None:
 
 def _is_writable_dir(path: Path) -> bool:
     # Mode bits first: root passes os.access() on a `chmod a-w` directory, but
-    # a package someone made read-only is not ours to change. Then a real
-    # probe, which also catches read-only mounts.
+    # a package someone made read-only is not ours to change. Then the mount:
+    # root passes os.access() on a read-only mount too. (No probe file: a
+    # kill between creating and removing it would leave it in the package.)
     if not path.stat().st_mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH):
         return False
     if not os.access(path, os.W_OK | os.X_OK):
         return False
+    return not os.statvfs(path).f_flag & os.ST_RDONLY
+
+
+# FS_IOC_GETFLAGS and its immutable / append-only bits (linux/fs.h).
+_FS_IOC_GETFLAGS = 0x80086601
+_FS_FLAGS_NO_REPLACE = 0x00000010 | 0x00000020
+
+
+def _is_immutable(path: Path) -> bool:
+    """chattr +i / +a: even root cannot replace the file. Unknown: False."""
     try:
-        fd, probe = tempfile.mkstemp(prefix=".sglpatch-probe-", dir=path)
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     except OSError:
         return False
-    os.close(fd)
-    os.unlink(probe)
-    return True
+    try:
+        flags = array.array("l", [0])
+        fcntl.ioctl(fd, _FS_IOC_GETFLAGS, flags, True)
+        return bool(flags[0] & _FS_FLAGS_NO_REPLACE)
+    except OSError:  # not supported by this file system
+        return False
+    finally:
+        os.close(fd)
+
+
+def unchangeable_files(root: Path, rel_paths) -> list:
+    """Files marked immutable or append-only (and their directories)."""
+    found = []
+    for rel in rel_paths:
+        path = root / rel
+        for candidate in (path, path.parent):
+            if candidate.exists() and _is_immutable(candidate):
+                found.append(os.path.normpath(candidate))
+    return sorted(set(found))
 
 
 def unwritable_dirs(root: Path, rel_paths) -> list:
@@ -92,4 +139,4 @@ def unwritable_dirs(root: Path, rel_paths) -> list:
         while not parent.exists():
             parent = parent.parent
         dirs.add(parent)
-    return sorted(str(d) for d in dirs if not _is_writable_dir(d))
+    return sorted(os.path.normpath(d) for d in dirs if not _is_writable_dir(d))

@@ -3,6 +3,8 @@
 import os
 import shutil
 import stat
+import subprocess
+import sys
 import zipfile
 from pathlib import Path
 
@@ -46,6 +48,27 @@ def pristine(tmp_path, wheel_path) -> Path:
     root = tmp_path / "sglang"
     assert (root / "srt").is_dir()
     return root
+
+
+@pytest.fixture
+def installed(tmp_path, wheel_path) -> Path:
+    """Like `pristine`, laid out as pip installs it: the package in a site
+    directory beside its dist-info (RECORD included)."""
+    site = tmp_path / "site"
+    wanted = {"sglang/__init__.py", "sglang/_version.py", *_BYSTANDERS}
+    wanted |= {f"sglang/{rel}" for rel in load_series().touched_files()}
+    with zipfile.ZipFile(wheel_path) as zf:
+        for name in zf.namelist():
+            if name in wanted or ".dist-info/" in name:
+                zf.extract(name, site)
+    return site / "sglang"
+
+
+def sglpatch_cli(*args, env_extra=None, **kwargs):
+    """`python -m sglpatch ARGS` from the repository."""
+    env = dict(os.environ, **(env_extra or {}))
+    return subprocess.run([sys.executable, "-m", "sglpatch", *args],
+                          capture_output=True, text=True, cwd=REPO, env=env, **kwargs)
 
 
 def snapshot(root: Path) -> dict:

@@ -98,8 +98,8 @@ def test_status_flags_local_edit_after_apply(pristine):
     with open(pristine / rel, "a") as f:
         f.write("# local edit\n")
     report = status(pristine)
-    assert report["patches"][0]["status"] == "conflicting"
-    assert report["patches"][0]["locally_modified"] == [rel]
+    assert report["patches"][0]["status"] == "locally edited"
+    assert report["patches"][0]["locally_edited"] == [rel]
 
 
 def test_python_m_and_console_script_agree():

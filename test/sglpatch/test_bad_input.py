@@ -1,12 +1,14 @@
 """Every bad input is refused with a one-line reason, and changes nothing."""
 
+import json
 import os
+import signal
 import subprocess
 import sys
-import textwrap
+import time
 
 import pytest
-from conftest import REPO, make_read_only, make_writable, snapshot
+from conftest import REPO, make_read_only, make_writable, sglpatch_cli, snapshot
 
 from sglpatch import engine, txn
 from sglpatch.errors import SglpatchError
@@ -120,41 +122,46 @@ def test_series_names_a_missing_patch(pristine, patches_copy):
     assert snapshot(pristine) == before
 
 
+def _renames_into_package(op, path):
+    return op == "rename" and ".sglpatch-journal" not in str(path)
+
+
 def test_failure_after_first_written_file_rolls_back(pristine, monkeypatch):
     before = snapshot(pristine)
-    real_write = txn.write_file
     written = []
 
-    def write_then_fail(path, data):
-        if written:
-            raise KeyboardInterrupt  # Ctrl-C half-way
-        real_write(path, data)
-        written.append(path)
+    def interrupt_at_second_file(op, path):
+        if _renames_into_package(op, path):
+            written.append(path)
+            if len(written) == 2:
+                raise KeyboardInterrupt  # Ctrl-C half-way
 
-    monkeypatch.setattr(txn, "write_file", write_then_fail)
+    monkeypatch.setattr(txn, "fault_hook", interrupt_at_second_file)
     with pytest.raises(KeyboardInterrupt):
         engine.apply(str(pristine))
-    assert len(written) == 1
+    assert len(written) > 2  # the rollback renamed the first one back
     assert snapshot(pristine) == before  # no state file, no journal left
+
+
+_DIE_AT_SECOND_FILE = """
+import os, sys
+from sglpatch import engine, txn
+written = []
+def die_at_second_file(op, path):
+    if op == "rename" and ".sglpatch-journal" not in str(path):
+        if len(written) == int(sys.argv[2]):
+            os._exit(9)
+        written.append(path)
+txn.fault_hook = die_at_second_file
+engine.apply(sys.argv[1])
+"""
 
 
 def test_hard_kill_half_way_is_rolled_back_by_the_next_run(pristine):
     # The process dies (no except/finally runs) after one file was replaced.
-    script = textwrap.dedent(f"""
-        import os
-        from sglpatch import engine, txn
-        real = txn.write_file
-        count = []
-        def write_then_die(path, data):
-            if count:
-                os._exit(9)
-            real(path, data)
-            count.append(path)
-        txn.write_file = write_then_die
-        engine.apply({str(pristine)!r})
-    """)
     before = snapshot(pristine)
-    result = subprocess.run([sys.executable, "-c", script], cwd=REPO)
+    result = subprocess.run(
+        [sys.executable, "-c", _DIE_AT_SECOND_FILE, str(pristine), "1"], cwd=REPO)
     assert result.returncode == 9
     assert snapshot(pristine) != before  # half-applied, journal on disk
 
@@ -166,17 +173,8 @@ def test_hard_kill_half_way_is_rolled_back_by_the_next_run(pristine):
 
 
 def test_hard_kill_then_apply_completes(pristine):
-    script = textwrap.dedent(f"""
-        import os
-        from sglpatch import engine, txn
-        real = txn.write_file
-        def write_then_die(path, data):
-            real(path, data)
-            os._exit(9)
-        txn.write_file = write_then_die
-        engine.apply({str(pristine)!r})
-    """)
-    subprocess.run([sys.executable, "-c", script], cwd=REPO)
+    subprocess.run([sys.executable, "-c", _DIE_AT_SECOND_FILE, str(pristine), "0"],
+                   cwd=REPO)
     outcome = engine.apply(str(pristine))
     assert outcome.changed
     statuses = engine.status_report(str(pristine))["patches"]
@@ -193,3 +191,148 @@ def test_tool_imports_only_the_standard_library():
     result = subprocess.run([sys.executable, "-c", script], capture_output=True,
                             text=True, cwd=REPO)
     assert result.stdout.strip() == "[]", result.stdout + result.stderr
+
+
+# Every failure: one line on stderr, exit 2 (Ctrl-C: 130), nothing changed.
+
+
+def test_state_file_that_is_json_but_not_an_object(pristine):
+    rel = load_series().patches[0].files[0]
+    with open(pristine / rel, "a") as f:
+        f.write("# local edit\n")
+    (pristine / ".sglpatch-state.json").write_text("[1, 2]\n")
+    before = snapshot(pristine)
+    message = refused("apply", "--sglang-dir", str(pristine))
+    assert "locally edited" in message and "None" not in message
+    status = sglpatch_cli("status", "--sglang-dir", str(pristine))
+    assert status.returncode == 0 and "not an object" in status.stdout
+    assert snapshot(pristine) == before
+
+
+def test_state_file_without_a_version_never_says_sglpatch_none(pristine):
+    engine.apply(str(pristine))
+    state_path = pristine / ".sglpatch-state.json"
+    state = json.loads(state_path.read_text())
+    del state["sglpatch_version"]
+    state["applied"][0]["sha256"] = "0" * 64  # from another series
+    state_path.write_text(json.dumps(state))
+    rel = load_series().patches[0].files[0]
+    with open(pristine / rel, "a") as f:
+        f.write("# local edit\n")
+    message = refused("apply", "--sglang-dir", str(pristine))
+    assert "another series" in message and "None" not in message
+
+
+def test_name_too_long(tmp_path):
+    message = refused("status", "--sglang-dir", str(tmp_path / ("x" * 300)))
+    assert "too long" in message
+
+
+def test_empty_sglang_dir_is_refused():
+    assert "empty" in refused("status", "--sglang-dir", "")
+
+
+def test_site_directory_given_for_the_package(pristine):
+    message = refused("apply", "--sglang-dir", str(pristine.parent))
+    assert f"did you mean {pristine}?" in message
+
+
+def test_package_without_version_file_still_reports(pristine):
+    (pristine / "_version.py").unlink()
+    status = sglpatch_cli("status", "--sglang-dir", str(pristine))
+    assert status.returncode == 0, status.stderr
+    assert "version unknown" in status.stdout and "not applied" in status.stdout
+    assert "_version.py" in refused("apply", "--sglang-dir", str(pristine))
+
+
+def test_unreadable_file_is_one_line(pristine, monkeypatch, capsys):
+    from pathlib import Path
+
+    from sglpatch import cli
+
+    rel = load_series().patches[0].files[0]
+    real = Path.read_bytes
+
+    def read_bytes(path):
+        if path.name == Path(rel).name:
+            raise PermissionError(13, "Permission denied", str(path))
+        return real(path)
+
+    monkeypatch.setattr(Path, "read_bytes", read_bytes)
+    assert cli.main(["status", "--sglang-dir", str(pristine)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "Permission denied" in err[0] and rel in err[0], err
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads a chmod 000 directory")
+def test_unreadable_package_as_a_user(pristine):
+    target = pristine / "srt" / "speculative"
+    target.chmod(0)
+    try:
+        assert "Permission denied" in refused("status", "--sglang-dir", str(pristine))
+    finally:
+        target.chmod(0o755)
+
+
+def test_immutable_file_is_refused_by_dry_run_and_apply(pristine):
+    rel = load_series().patches[-1].files[0]
+    if subprocess.run(["chattr", "+i", str(pristine / rel)],
+                      capture_output=True).returncode != 0:
+        pytest.skip("chattr +i needs root and a file system that supports it")
+    try:
+        before = snapshot(pristine)
+        for args in (["apply", "--dry-run"], ["apply"]):
+            message = refused(*args, "--sglang-dir", str(pristine))
+            assert "immutable" in message and rel in message
+        assert snapshot(pristine) == before
+    finally:
+        subprocess.run(["chattr", "-i", str(pristine / rel)])
+
+
+def test_worktree_onto_a_file_or_a_missing_wheel(tmp_path):
+    a_file = tmp_path / "file"
+    a_file.write_text("")
+    assert "not a directory" in refused("worktree", str(a_file), "--wheel", "x.whl")
+    assert "no wheel" in refused("worktree", str(tmp_path / "wt"), "--wheel",
+                                 str(tmp_path / "missing.whl"))
+    assert not (tmp_path / "wt").exists()
+
+
+def test_non_utf8_path_with_utf8_output(pristine, tmp_path):
+    odd = tmp_path.as_posix().encode() + b"/caf\xe9"
+    os.mkdir(odd)
+    os.rename(pristine, odd + b"/sglang")
+    package = odd + b"/sglang"
+    for args in ([b"apply"], [b"status"], [b"revert"]):
+        result = subprocess.run(
+            [sys.executable, "-m", "sglpatch", *args, b"--sglang-dir", package],
+            capture_output=True, cwd=REPO,
+            env=dict(os.environ, PYTHONIOENCODING="utf-8"))
+        assert result.returncode == 0, result.stderr
+        assert b"Traceback" not in result.stderr
+    assert not os.path.exists(package + b"/.sglpatch-state.json")
+
+
+def test_ctrl_c_while_waiting_is_exit_130_in_one_line(pristine):
+    from sglpatch.lock import package_lock
+
+    before = snapshot(pristine)
+    with package_lock(pristine, exclusive=True):
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "sglpatch", "apply", "--sglang-dir", str(pristine)],
+            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        time.sleep(1.5)  # started, and waiting for the lock
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130, (out, err)
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "interrupted" in lines[0], lines
+    assert snapshot(pristine) == before
+
+
+def test_subcommand_help():
+    for command, words in (("apply", ["--through", "all patches or none"]),
+                           ("revert", ["pristine"]), ("export", ["--patches-dir"])):
+        result = sglpatch_cli(command, "--help")
+        assert result.returncode == 0
+        assert all(word in result.stdout for word in words), result.stdout

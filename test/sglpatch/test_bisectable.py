@@ -1,10 +1,11 @@
 """Every prefix of the series leaves sglang importable (a bisectable series).
 
 For k = 1..N: a full pristine sglang from the wheel, patches 1..k applied
-with the tool, then the modules the series touches are imported in a fresh
+with `sglpatch apply --through`, then the modules the series touches are imported in a fresh
 interpreter (with sglang's own sgl_kernel stub, as the unit tests do).
 """
 
+import json
 import shutil
 import subprocess
 import sys
@@ -12,8 +13,9 @@ import zipfile
 
 import pytest
 
-from sglpatch import engine
-from sglpatch.series import PATCHES_DIR, SERIES_FILE, read_series_names
+from conftest import REPO
+
+from sglpatch.series import PATCHES_DIR, read_series_names
 
 MODULES = [
     "sglang.srt.managers.scheduler",
@@ -57,13 +59,20 @@ def full_pristine(tmp_path_factory, wheel_path):
 def test_prefix_of_series_imports(tmp_path, full_pristine, count):
     site = tmp_path / "site"
     shutil.copytree(full_pristine, site)
-    patches = tmp_path / "patches"
-    shutil.copytree(PATCHES_DIR, patches)
-    (patches / SERIES_FILE).write_text("".join(f"{n}\n" for n in SERIES[:count]))
+    number = SERIES[count - 1].split("-", 1)[0]
 
-    engine.apply(str(site / "sglang"), patches_dir=patches)
-    statuses = engine.status_report(str(site / "sglang"), patches_dir=patches)
-    assert [p["status"] for p in statuses["patches"]] == ["applied"] * count
+    def sglpatch(*args):
+        result = subprocess.run(
+            [sys.executable, "-m", "sglpatch", *args, "--sglang-dir", str(site / "sglang")],
+            capture_output=True, text=True, cwd=REPO)
+        assert result.returncode == 0, result.stderr
+        return result.stdout
+
+    sglpatch("apply", "--through", number)
+    report = json.loads(sglpatch("status", "--json"))
+    assert [p["status"] for p in report["patches"]] == (
+        ["applied"] * count + ["not applied"] * (len(SERIES) - count))
+    assert report["applied_through"] == SERIES[count - 1]
 
     result = subprocess.run(
         [sys.executable, "-W", "ignore", "-c", _IMPORT_ALL, *MODULES],

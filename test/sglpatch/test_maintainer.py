@@ -1,5 +1,6 @@
 """worktree -> export reproduces the shipped series byte for byte."""
 
+import json
 import subprocess
 import sys
 
@@ -53,3 +54,32 @@ def test_export_sees_a_new_commit(tmp_path, wheel_path):
     assert len(names) == len(read_series_names(PATCHES_DIR)) + 1
     assert names[-1].endswith("-Z-a-maintainer-s-edit.patch")
     assert "+# sglpatch: a maintainer's edit" in (out / names[-1]).read_text()
+
+
+def test_a_series_carrying_upstream_tests_round_trips(tmp_path, wheel_path):
+    """Files outside python/sglang/ travel in the patches (git am, worktree,
+    export) and are listed, not hashed, in the manifest."""
+    tree = tmp_path / "wt"
+    run("worktree", str(tree), "--wheel", str(wheel_path), "--base-only")
+    source = tree / "python" / "sglang" / "srt" / "server_args.py"
+    source.write_text(source.read_text() + "\n# carries its test\n")
+    test_file = tree / "test" / "registered" / "unit" / "srt" / "test_marker.py"
+    test_file.parent.mkdir(parents=True)
+    test_file.write_text("def test_marker():\n    assert True\n")
+    git(tree, "add", "-A")
+    git(tree, "commit", "-q", "-m", "T: a change with its test")
+
+    out = tmp_path / "exported"
+    run("export", str(tree), "--patches-dir", str(out))
+    manifest = json.loads((out / MANIFEST_FILE).read_text())
+    entry = manifest["patches"][0]
+    assert entry["not_installed"] == ["test/registered/unit/srt/test_marker.py"]
+    assert [f["path"] for f in entry["files"]] == ["srt/server_args.py"]
+
+    again = tmp_path / "wt2"
+    run("worktree", str(again), "--wheel", str(wheel_path), "--patches-dir", str(out))
+    assert (again / test_file.relative_to(tree)).read_bytes() == test_file.read_bytes()
+    out2 = tmp_path / "exported2"
+    run("export", str(again), "--patches-dir", str(out2))
+    for path in out.iterdir():
+        assert (out2 / path.name).read_bytes() == path.read_bytes(), path.name
