@@ -8,6 +8,7 @@ contract, the deprecated shim, the planner record, the stale-plan detector,
 the ModelRunner decision points, and where the old flag may still appear.
 """
 
+import inspect
 import os
 import re
 import unittest
@@ -30,7 +31,6 @@ from sglang.srt.model_executor import forward_batch_info  # noqa: E402
 from sglang.srt.model_executor.forward_batch_info import (  # noqa: E402
     ForwardBatch,
     ForwardMode,
-    apply_deprecated_skip_attn_backend_init,
     check_stale_attn_plan,
 )
 from sglang.srt.model_executor.model_runner import ModelRunner  # noqa: E402
@@ -155,7 +155,7 @@ class TestDeprecatedSkipShim(CustomTestCase):
         fb = _make_batch()
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            apply_deprecated_skip_attn_backend_init(fb, None)
+            fb.apply_deprecated_skip_attn_backend_init(None)
         self.assertEqual(caught, [])
         self.assertFalse(fb.forward_metadata_ready)
         self.assertTrue(fb.needs_forward_metadata_init())
@@ -164,7 +164,7 @@ class TestDeprecatedSkipShim(CustomTestCase):
     def test_true_marks_and_warns(self):
         fb = _make_batch(bs=3)
         with self.assertWarns(DeprecationWarning):
-            apply_deprecated_skip_attn_backend_init(fb, True)
+            fb.apply_deprecated_skip_attn_backend_init(True)
         self.assertTrue(fb.forward_metadata_ready)
         self.assertEqual(fb.forward_metadata_planned_bs, 3)
         self.assertFalse(fb.needs_forward_metadata_init())
@@ -172,22 +172,47 @@ class TestDeprecatedSkipShim(CustomTestCase):
     def test_false_warns_and_does_not_mark(self):
         fb = _make_batch()
         with self.assertWarns(DeprecationWarning):
-            apply_deprecated_skip_attn_backend_init(fb, False)
+            fb.apply_deprecated_skip_attn_backend_init(False)
         self.assertFalse(fb.forward_metadata_ready)
         self.assertTrue(fb.needs_forward_metadata_init())
 
     def test_warns_once_per_process(self):
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            apply_deprecated_skip_attn_backend_init(_make_batch(), True)
-            apply_deprecated_skip_attn_backend_init(_make_batch(), False)
+            _make_batch().apply_deprecated_skip_attn_backend_init(True)
+            _make_batch().apply_deprecated_skip_attn_backend_init(False)
             second = _make_batch()
-            apply_deprecated_skip_attn_backend_init(second, True)
+            second.apply_deprecated_skip_attn_backend_init(True)
         deprecations = [w for w in caught if w.category is DeprecationWarning]
         self.assertEqual(len(deprecations), 1)
         self.assertIn("skip_attn_backend_init", str(deprecations[0].message))
         # Marking still works after the warning was spent.
         self.assertTrue(second.forward_metadata_ready)
+
+    def test_upstream_method_signature(self):
+        # upstream 0.5.13: ForwardBatch.apply_deprecated_skip_attn_backend_init(
+        #     self, skip_attn_backend_init: Optional[bool]) -> None
+        params = list(
+            inspect.signature(ForwardBatch.apply_deprecated_skip_attn_backend_init).parameters
+        )
+        self.assertEqual(params, ["self", "skip_attn_backend_init"])
+        self.assertFalse(hasattr(forward_batch_info, "apply_deprecated_skip_attn_backend_init"))
+
+    def test_warning_points_at_the_caller_of_the_entry(self):
+        runner = object.__new__(ModelRunner)
+        runner.forward_pass_id = 0
+        runner.msprobe_debugger = None
+
+        def fake_raw(forward_batch, *args, **kwargs):
+            raise KeyboardInterrupt  # stop right after the shim
+
+        runner._forward_raw = fake_raw
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            with self.assertRaises(KeyboardInterrupt):
+                runner.forward(_make_batch(), skip_attn_backend_init=True)
+        (w,) = [w for w in caught if w.category is DeprecationWarning]
+        self.assertEqual(w.filename, __file__)
 
     def test_public_entry_routes_through_shim(self):
         # ModelRunner.forward keeps the argument, optional and deprecated.
