@@ -37,10 +37,10 @@ REPO_PATCHES_DIR = Path("python") / "sglpatch" / "patches"
 WHEEL_PLATFORM = ("3.11", "manylinux_2_34_x86_64")
 WHEEL_SHA256 = "94b3f3cc6b97f1364f247b8d9c1d106ec63cf22c55d6b65bc40ff29b0206ef5f"
 _IDENTITY = {
-    "GIT_AUTHOR_NAME": "sglpatch",
-    "GIT_AUTHOR_EMAIL": "sglpatch@localhost",
-    "GIT_COMMITTER_NAME": "sglpatch",
-    "GIT_COMMITTER_EMAIL": "sglpatch@localhost",
+    "GIT_AUTHOR_NAME": "sglpatch maintainers",
+    "GIT_AUTHOR_EMAIL": "sglpatch@users.noreply.github.com",
+    "GIT_COMMITTER_NAME": "sglpatch maintainers",
+    "GIT_COMMITTER_EMAIL": "sglpatch@users.noreply.github.com",
 }
 # Settings that would change what format-patch writes, pinned.
 _GIT_CONFIG = [

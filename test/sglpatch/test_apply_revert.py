@@ -37,7 +37,7 @@ def test_apply_then_status_then_apply_again_then_revert(pristine):
     assert report["sglang_version"] == "0.5.12.post1"
     assert report["state_file"] is True
     assert [p["status"] for p in report["patches"]] == ["applied"] * len(series.patches)
-    assert report["patches"][0]["name"].startswith("0001-B-")
+    assert report["patches"][0]["name"].startswith("0001-attention-")
     for rel, digest in series.final_hashes().items():
         assert sha256_bytes((pristine / rel).read_bytes()) == digest
 

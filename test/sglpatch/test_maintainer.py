@@ -1,4 +1,5 @@
-"""worktree -> export reproduces the shipped series byte for byte."""
+"""worktree -> export reproduces the shipped series byte for byte, and the
+work tree holds the repository's unit tests of the patched sglang."""
 
 import json
 import subprocess
@@ -29,9 +30,20 @@ def test_worktree_then_export_round_trip(tmp_path, wheel_path):
     names = read_series_names(PATCHES_DIR)
     log = git(tree, "log", "--format=%s", f"{BASE_TAG}..HEAD").splitlines()
     assert len(log) == len(names)  # one commit per patch
-    assert log[-1].startswith("B: ")  # the first patch is the oldest commit
+    assert log[-1].startswith("attention: ")  # the first patch is the oldest commit
     assert (tree / "python" / "sglang" / "_version.py").is_file()
     assert git(tree, "status", "--porcelain") == ""
+
+    # The series carries its unit tests: the work tree (git am of every
+    # patch onto the base tag) holds the repository's test/registered/unit
+    # byte for byte, so sglang's own CI finds them in a fork too.
+    unit = REPO / "test" / "registered" / "unit"
+    ours = {p.relative_to(unit): p.read_bytes() for p in unit.rglob("*.py")}
+    theirs = {p.relative_to(tree / "test" / "registered" / "unit"): p.read_bytes()
+              for p in (tree / "test" / "registered" / "unit").rglob("*.py")}
+    assert sorted(theirs) == sorted(ours)
+    for rel, data in ours.items():
+        assert theirs[rel] == data, rel
 
     out = tmp_path / "exported"
     run("export", str(tree), "--patches-dir", str(out))

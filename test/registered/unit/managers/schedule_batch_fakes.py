@@ -84,6 +84,13 @@ def spec_v2_decode_batch(slots, lens, *, algo, with_cpu_indices=True):
     from sglang.srt.speculative.eagle_info import EagleDraftInput
 
     t = torch.tensor(lens, dtype=torch.int64)
+    # the host copy of the slots exists from 0005 on; the earlier patches'
+    # tests build the same batch without it
+    extra = {}
+    if "req_pool_indices_cpu" in ScheduleBatch.__dataclass_fields__:
+        extra["req_pool_indices_cpu"] = (
+            torch.tensor(slots, dtype=torch.int64) if with_cpu_indices else None
+        )
     batch = ScheduleBatch(
         reqs=[FakeReq(s) for s in slots],
         model_config=SimpleNamespace(is_encoder_decoder=False, vocab_size=32),
@@ -92,15 +99,13 @@ def spec_v2_decode_batch(slots, lens, *, algo, with_cpu_indices=True):
         spec_algorithm=algo,
         device="cpu",
         req_pool_indices=torch.tensor(slots, dtype=torch.int64),
-        req_pool_indices_cpu=(
-            torch.tensor(slots, dtype=torch.int64) if with_cpu_indices else None
-        ),
         seq_lens=t.clone(),
         seq_lens_cpu=t.clone(),
         orig_seq_lens=t.clone().to(torch.int32),
         seq_lens_sum=int(t.sum()),
         output_ids=torch.zeros(len(slots), dtype=torch.int64),
         sampling_info=FakeSamplingInfo(),
+        **extra,
     )
     batch.spec_info = EagleDraftInput()
     batch.spec_info.future_indices = FutureIndices(batch.req_pool_indices)

@@ -125,6 +125,27 @@ class TestPinnedCopyStream(CustomTestCase):
         )
         self.assertNotIn("schedule.synchronize", log)
 
+    def test_copy_stream_waits_for_the_batchs_own_publish(self):
+        # A later publish of another batch on the schedule stream (a disagg
+        # prebuilt) must not stand in for the running batch's verify.
+        fm, _, _ = _cuda_like_future_map()
+        dm = fm.device_module
+        running = _batch([1, 2], [10, 20])
+        dm.label = "verify"
+        with dm.stream(dm.forward_stream):
+            fm.publish(running.spec_info.future_indices, torch.tensor([13, 24]))
+        prebuilt = _batch([5], [7])
+        dm.label = "prebuilt"
+        fm.publish(prebuilt.spec_info.future_indices, torch.tensor([7]), relayed=False)
+        dm.waits.clear()
+
+        fm.resolve_seq_lens_cpu(running)
+
+        self.assertEqual(
+            dm.waits, [("schedule", ("forward", "verify")), ("copy", ("forward", "verify"))]
+        )
+        self.assertEqual(running.seq_lens_cpu.tolist(), [13, 24])
+
     def test_result_does_not_alias_the_pinned_buffer(self):
         fm, _, _ = _cuda_like_future_map()
         batch = _batch([1, 4], [5, 6])

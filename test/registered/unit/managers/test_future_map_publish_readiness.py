@@ -44,19 +44,6 @@ def _relay():
     return fm, use_fake_streams(fm)
 
 
-class _PinnedBuffer:
-    """The pinned host buffer: filled by copy_, indexed like a tensor."""
-
-    def __init__(self, n):
-        self.data = torch.zeros(n, dtype=torch.int64)
-
-    def copy_(self, src, non_blocking=False):
-        self.data.copy_(src)
-
-    def __getitem__(self, idx):
-        return self.data[idx]
-
-
 def _publish(fm, dm, batch, lens, *, stream, label, relayed=True):
     """Publish `lens` for `batch` as the step `label` running on `stream`."""
     dm.label = label
@@ -112,22 +99,6 @@ class TestResolveWaitsForItsOwnPublish(CustomTestCase):
             [("schedule", ("forward", "verify")), ("schedule", ("schedule", "prebuilt"))],
         )
         self.assertEqual(running.seq_lens_cpu.tolist(), [11, 21, 7])
-
-    def test_pinned_copy_stream_waits_for_the_batchs_publish(self):
-        fm, dm = _relay()
-        fm.seq_lens_copy_stream = dm.Stream("copy")
-        fm.new_seq_lens_cpu_pinned = _PinnedBuffer(fm.buffer_len)
-        running = _batch([1, 2], [10, 20])
-        _publish(fm, dm, running, [13, 24], stream="forward", label="verify")
-        prebuilt = _batch([5], [7])
-        _publish(fm, dm, prebuilt, [7], stream="schedule", label="prebuilt", relayed=False)
-        dm.waits.clear()
-
-        fm.resolve_seq_lens_cpu(running)
-
-        self.assertIn(("copy", ("forward", "verify")), dm.waits)
-        self.assertNotIn(("copy", ("schedule", "prebuilt")), dm.waits)
-        self.assertEqual(running.seq_lens_cpu.tolist(), [13, 24])
 
 
 if __name__ == "__main__":
