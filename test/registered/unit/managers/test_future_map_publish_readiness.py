@@ -58,7 +58,7 @@ class TestResolveWaitsForItsOwnPublish(CustomTestCase):
         running = _batch([1, 2], [10, 20])
         # The running batch's verify publishes on the forward stream...
         _publish(fm, dm, running, [12, 23], stream="forward", label="verify")
-        # ...then, in the next iteration, process_prebuilt seeds the relay for
+        # ...then, in the next iteration, process_prebuilt fills the relay for
         # a new disaggregated batch on the schedule stream (lengths known).
         prebuilt = _batch([5], [7])
         _publish(fm, dm, prebuilt, [7], stream="schedule", label="prebuilt", relayed=False)
