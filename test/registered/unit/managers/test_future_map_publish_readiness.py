@@ -52,30 +52,33 @@ def _publish(fm, dm, batch, lens, *, stream, label, relayed=True):
     dm.label = None
 
 
+def _verify_then_known_lengths(stream, label):
+    """The running batch (slots 1, 2) publishes its verified lengths
+    [11, 21] on the forward stream; then another batch (slot 5, length 7)
+    publishes lengths the schedule already knew, as `label` on `stream`.
+    Returns the relay, its fake device module (waits cleared) and both."""
+    fm, dm = _relay()
+    running = _batch([1, 2], [10, 20])
+    _publish(fm, dm, running, [11, 21], stream="forward", label="verify")
+    other = _batch([5], [7])
+    _publish(fm, dm, other, [7], stream=stream, label=label, relayed=False)
+    dm.waits.clear()
+    return fm, dm, running, other
+
+
 class TestResolveWaitsForItsOwnPublish(CustomTestCase):
     def test_disagg_prebuilt_publish_does_not_stand_in_for_the_verify(self):
-        fm, dm = _relay()
-        running = _batch([1, 2], [10, 20])
-        # The running batch's verify publishes on the forward stream...
-        _publish(fm, dm, running, [12, 23], stream="forward", label="verify")
-        # ...then, in the next iteration, process_prebuilt fills the relay for
-        # a new disaggregated batch on the schedule stream (lengths known).
-        prebuilt = _batch([5], [7])
-        _publish(fm, dm, prebuilt, [7], stream="schedule", label="prebuilt", relayed=False)
-        dm.waits.clear()
+        # In the iteration after the verify, process_prebuilt fills the relay
+        # for a new disaggregated batch on the schedule stream.
+        fm, dm, running, _ = _verify_then_known_lengths("schedule", "prebuilt")
 
         fm.resolve_seq_lens_cpu(running)
 
         self.assertEqual(dm.waits, [("schedule", ("forward", "verify"))])
-        self.assertEqual(running.seq_lens_cpu.tolist(), [12, 23])
+        self.assertEqual(running.seq_lens_cpu.tolist(), [11, 21])
 
     def test_a_prefill_publish_does_not_delay_a_decode_resolve(self):
-        fm, dm = _relay()
-        running = _batch([1, 2], [10, 20])
-        _publish(fm, dm, running, [11, 21], stream="forward", label="verify")
-        prefill = _batch([3], [4])
-        _publish(fm, dm, prefill, [4], stream="forward", label="prefill", relayed=False)
-        dm.waits.clear()
+        fm, dm, running, _ = _verify_then_known_lengths("forward", "prefill")
 
         fm.resolve_seq_lens_cpu(running)
 
@@ -83,14 +86,9 @@ class TestResolveWaitsForItsOwnPublish(CustomTestCase):
         self.assertEqual(dm.waits, [("schedule", ("forward", "verify"))])
 
     def test_merged_batch_waits_for_both_sides(self):
-        fm, dm = _relay()
-        running = _batch([1, 2], [10, 20])
-        _publish(fm, dm, running, [11, 21], stream="forward", label="verify")
-        prebuilt = _batch([5], [7])
-        _publish(fm, dm, prebuilt, [7], stream="schedule", label="prebuilt", relayed=False)
+        fm, dm, running, prebuilt = _verify_then_known_lengths("schedule", "prebuilt")
         # merged unresolved (a path that merges first): resolved as a whole
         running.merge_batch(prebuilt)
-        dm.waits.clear()
 
         fm.resolve_seq_lens_cpu(running)
 
@@ -99,7 +97,6 @@ class TestResolveWaitsForItsOwnPublish(CustomTestCase):
             [("schedule", ("forward", "verify")), ("schedule", ("schedule", "prebuilt"))],
         )
         self.assertEqual(running.seq_lens_cpu.tolist(), [11, 21, 7])
-
 
 if __name__ == "__main__":
     unittest.main()
