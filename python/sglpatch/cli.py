@@ -75,6 +75,12 @@ def _parser() -> argparse.ArgumentParser:
     p = command("status", "which patches are applied, and what sglpatch keeps in "
                 "the package")
     p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--explain", action="store_true",
+                   help="instead: whether a server launched with the launch_server "
+                   "flags given after -- keeps the per-step seq_lens host pull, and "
+                   "why (imports neither sglang nor torch)")
+    p.add_argument("launch_flags", nargs="*", metavar="-- LAUNCH_FLAG",
+                   help="with --explain: python -m sglang.launch_server flags")
     command("check", "verify the series; and that it is applied to, or applies "
             "to, sglang", ". Changes nothing.")
 
@@ -101,7 +107,17 @@ def _run(args) -> None:
         print(outcome.message)
     elif args.command == "revert":
         print(engine.revert(args.sglang_dir, progress=_progress).message)
+    elif args.command == "status" and args.explain:
+        from sglpatch.explain import explain_launch
+
+        verdict = explain_launch(args.launch_flags)
+        if args.json:
+            print(json.dumps(verdict, indent=2))
+        else:
+            print(f"per-step seq_lens host pull: {verdict['pull']} ({verdict['reason']})")
     elif args.command == "status":
+        if args.launch_flags:
+            raise SglpatchError("launch flags go with --explain")
         report = engine.status_report(args.sglang_dir)
         if args.json:
             print(json.dumps(report, indent=2))

@@ -34,6 +34,9 @@ NAMES = {
     "managers.overlap_utils.SeqLensTruthCheck": None,
     "managers.overlap_utils.check_seq_lens_mirror": None,
     "managers.overlap_utils.decide_needs_cpu_seq_lens": ["server_args", "attn_backends"],
+    "managers.overlap_utils.explain_needs_cpu_seq_lens": None,
+    "managers.overlap_utils.sglpatch_series_applied": None,
+    "managers.overlap_utils.log_seq_lens_pull": None,
     "model_executor.forward_batch_info.ForwardBatch.mark_forward_metadata_ready":
         ["self", "replan_equivalent"],
     "model_executor.forward_batch_info.ForwardBatch.needs_forward_metadata_init": ["self"],

@@ -210,6 +210,7 @@ class TestSchedulerWiring(CustomTestCase):
         sched.forward_stream = None
         sched.enable_overlap = True
         sched.req_to_token_pool = _pool()
+        sched.tp_rank = 0
         for pcg, tbo, expected in ((True, False, False), (False, False, False), (True, True, True)):
             with self.subTest(pcg=pcg, tbo=tbo):
                 sched.server_args = _args(tbo=tbo, pcg=pcg)
