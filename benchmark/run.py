@@ -65,10 +65,8 @@ class Run:
         """What every greedy record says of one server's outputs."""
         var, be, ov, spec, pw = key
         r = {"variant": var, "attention_backend": be, "overlap": ov,
-             "piecewise_cuda_graph": pw, "tp": self.a.tp, "prompts": len(ids),
+             "piecewise_cuda_graph": pw, **deployment_fields(self.a), "prompts": len(ids),
              "accept_length": self.greedy_meta.get(key)}
-        if self.a.disaggregation_decode:
-            r["disaggregation"] = "decode"
         if self.fmap:
             r["prompts_off_constructed_f"] = self.prompts_off_chain(ids)
             r["prompts_off_own_chain"] = greedy.prompts_off_own_chain(ids, self.fmap)
@@ -110,9 +108,7 @@ class Run:
         for key, samples in self.samples.items():
             if not samples:
                 continue
-            r = dict(zip(results.RUN_KEY, key), tp=self.a.tp)
-            if self.a.disaggregation_decode:
-                r["disaggregation"] = "decode"
+            r = dict(zip(results.RUN_KEY, key), **deployment_fields(self.a))
             r.update(results.summarize_point(samples))
             r["samples"] = samples
             runs.append(r)
@@ -131,6 +127,15 @@ class Run:
         if self.errors:
             data["errors"] = self.errors
         return results.write_merged(self.path, data)
+
+
+def deployment_fields(a):
+    """The call's deployment shape, part of every record's key: tensor
+    parallel size, and "disaggregation" only for a decode-only server."""
+    fields = {"tp": a.tp}
+    if a.disaggregation_decode:
+        fields["disaggregation"] = "decode"
+    return fields
 
 
 def debug_env():
@@ -327,8 +332,8 @@ def profile_point(st, a, m, c, with_stack, vocab):
     for rank, (name, summary) in summaries.items():
         st.profiles.append({"variant": m.var, "attention_backend": m.be, "speculative": m.spec,
                             "overlap": m.ov, "piecewise_cuda_graph": m.pw, "concurrency": c,
-                            "tp": a.tp, "rank": rank, "with_stack": with_stack, "trace": name,
-                            **summary})
+                            **deployment_fields(a), "rank": rank, "with_stack": with_stack,
+                            "trace": name, **summary})
         st.log(f"  {m.tag} c={c} rank {rank}: profile ({kind}, {steps} forwards, "
                f"{time.time() - t0:.0f}s): "
                f"{summary['window_us_per_step']:.0f} us/forward, GPU busy "

@@ -55,7 +55,7 @@ def full_pristine(tmp_path_factory, wheel_path):
 
 
 @pytest.mark.parametrize("count", range(1, len(SERIES) + 1),
-                         ids=[name.split("-", 2)[1] for name in SERIES])
+                         ids=[name.split("-", 1)[0] for name in SERIES])
 def test_prefix_of_series_imports(tmp_path, full_pristine, count):
     site = tmp_path / "site"
     shutil.copytree(full_pristine, site)
