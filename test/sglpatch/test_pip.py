@@ -82,7 +82,7 @@ def test_a_later_sglpatch_with_another_series_still_reverts(installed, patches_c
     names = read_series_names(patches_copy)
     (patches_copy / SERIES_FILE).write_text("".join(f"{n}\n" for n in names[:3]))
     outcome = engine.revert(str(installed), patches_dir=patches_copy)
-    assert "reverted 7 patches" in outcome.message
+    assert f"reverted {len(names)} patches" in outcome.message
     assert snapshot(installed.parent) == before
 
 

@@ -35,7 +35,8 @@ def test_through_then_continue_then_revert(installed):
 
     rest = sglpatch_cli("apply", "--sglang-dir", str(installed))
     assert rest.returncode == 0, rest.stderr
-    assert "applied patches 0004, 0005, 0006, 0007 " in rest.stdout
+    later = ", ".join(name[:4] for name in names[3:])
+    assert f"applied patches {later} to " in rest.stdout
     assert _status(installed)["applied_through"] == names[-1]
 
     sglpatch_cli("revert", "--sglang-dir", str(installed))
