@@ -113,6 +113,18 @@ def build_parser():
                    help="extra launch_server argument (repeatable, e.g. "
                    "--server-arg=--enable-metrics)")
     r.add_argument("--no-bench", action="store_true", help="greedy check only")
+    r.add_argument("--faults", action="store_true",
+                   help="after each server's greedy check: a storm of clients that "
+                   "disconnect mid-stream, are aborted by rid or complete, with a greedy "
+                   "check through it, an idle pause, a last greedy check -> \"faults\"")
+    r.add_argument("--fault-clients", type=int, default=64,
+                   help="storm clients: a third cut, a third aborted, a third complete")
+    r.add_argument("--fault-idle-s", type=float, default=20.0,
+                   help="idle pause after the storm (sglang's idle self-check)")
+    r.add_argument("--fault-new-tokens", type=int, default=1024,
+                   help="max new tokens of each storm request")
+    r.add_argument("--fault-deadline-s", type=float, default=180.0,
+                   help="the storm's deadline; every storm request times out by then")
     r.add_argument("--profile-steps", type=int, default=0,
                    help="after the greedy check, a torch-profiler trace of this many "
                    "decode forwards per server (GPU activity only) -> \"profiles\"")
