@@ -16,14 +16,17 @@ concurrency, `--repeats` times (round robin over the concurrencies, so drift
 spreads over all points).  With --side-by-side all of the call's servers
 start at once on the one GPU (each with the fixed KV pool
 --max-total-tokens) and are measured in turn at every (repeat, concurrency),
-so a slow spell of the machine hits every build alike.  Results merge into
+so a slow spell of the machine hits every build alike.  With --faults each
+server also gets a storm of clients that disconnect, are aborted or complete,
+with greedy checks through it and after an idle pause.  Results merge into
 <out-dir>/<yyyy-mm-dd>-<card>.json after every point, so a run stopped by a
 time limit still leaves what it measured.  `report` renders a results file
 as Markdown (benchmark/results/*.md), the index of a results directory, and
 the current-results tables of README.md and benchmark/README.md.
 
 Modules: run.py (the run loop), builds.py (variants, models), bench.py
-(bench_serving points), sweep.py, report.py, results.py (schema, merge).
+(bench_serving points), faults.py (--faults), sweep.py, report.py,
+results.py (schema, merge).
 
 A variant is NAME or NAME=SITE: SITE is a directory put first on PYTHONPATH
 (an sglang installed with `pip install --target SITE`); without it the

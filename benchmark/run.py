@@ -280,6 +280,10 @@ def serve_group(st, a, group, target, draft, vocab):
             greedy_check(st, a, m)
         if a.faults:
             for m in group:
+                if st.time_left() < a.fault_deadline_s + a.fault_idle_s + 60:
+                    st.log(f"  deadline: no fault check of {m.tag}")
+                    st.errors.append(f"faults not run (deadline): {m.tag}")
+                    continue
                 fault_check(st, a, m, vocab)
         for c, stack, m in profile_order(group, a):
             profile_point(st, a, m, c, stack, vocab)
