@@ -53,10 +53,16 @@ def test_fault_storm_counts_match_what_the_server_saw(tmp_path):
 
 
 def test_a_stalled_server_shows_in_silence_and_first_byte(tmp_path):
-    events, data = run_e2e(tmp_path, *FAULTS, env={"FAKE_TOKEN_S": "0.01",
-                                                   "FAKE_STALL_S": "1.5"}, token_map=True,
-                           variants=("base",))
+    # and a disaggregated decode server: every storm request carries the fake
+    # transfer's bootstrap host, the greedy prompts are checked on their own chain
+    events, data = run_e2e(tmp_path, *FAULTS, "--disaggregation-decode",
+                           env={"FAKE_TOKEN_S": "0.01", "FAKE_STALL_S": "1.5"},
+                           token_map=True, variants=("base",))
     assert not data.get("errors")
+    hosts = [e["event"]["generate_bootstrap_host"] for e in events
+             if isinstance(e["event"], dict) and "generate_bootstrap_host" in e["event"]]
+    assert len(hosts) == 12 + 3 and set(hosts) == {"2.2.2.2"}  # storm + three greedy checks
+    assert data["faults"][0]["disaggregation"] == "decode"
     stalls = collections.Counter(e["port"] for e in events if e["event"] == "stall")
     assert list(stalls.values()) == [1]  # once, at the storm's first stream
     for f in data["faults"]:
