@@ -16,14 +16,17 @@ concurrency, `--repeats` times (round robin over the concurrencies, so drift
 spreads over all points).  With --side-by-side all of the call's servers
 start at once on the one GPU (each with the fixed KV pool
 --max-total-tokens) and are measured in turn at every (repeat, concurrency),
-so a slow spell of the machine hits every build alike.  Results merge into
+so a slow spell of the machine hits every build alike.  With --faults each
+server also gets a storm of clients that disconnect, are aborted or complete,
+with greedy checks through it and after an idle pause.  Results merge into
 <out-dir>/<yyyy-mm-dd>-<card>.json after every point, so a run stopped by a
 time limit still leaves what it measured.  `report` renders a results file
 as Markdown (benchmark/results/*.md), the index of a results directory, and
 the current-results tables of README.md and benchmark/README.md.
 
 Modules: run.py (the run loop), builds.py (variants, models), bench.py
-(bench_serving points), sweep.py, report.py, results.py (schema, merge).
+(bench_serving points), faults.py (--faults), sweep.py, report.py,
+results.py (schema, merge).
 
 A variant is NAME or NAME=SITE: SITE is a directory put first on PYTHONPATH
 (an sglang installed with `pip install --target SITE`); without it the
@@ -113,6 +116,18 @@ def build_parser():
                    help="extra launch_server argument (repeatable, e.g. "
                    "--server-arg=--enable-metrics)")
     r.add_argument("--no-bench", action="store_true", help="greedy check only")
+    r.add_argument("--faults", action="store_true",
+                   help="after each server's greedy check: a storm of clients that "
+                   "disconnect mid-stream, are aborted by rid or complete, with a greedy "
+                   "check through it, an idle pause, a last greedy check -> \"faults\"")
+    r.add_argument("--fault-clients", type=int, default=64,
+                   help="storm clients: a third cut, a third aborted, a third complete")
+    r.add_argument("--fault-idle-s", type=float, default=20.0,
+                   help="idle pause after the storm (sglang's idle self-check)")
+    r.add_argument("--fault-new-tokens", type=int, default=1024,
+                   help="max new tokens of each storm request")
+    r.add_argument("--fault-deadline-s", type=float, default=180.0,
+                   help="the storm's deadline; every storm request times out by then")
     r.add_argument("--profile-steps", type=int, default=0,
                    help="after the greedy check, a torch-profiler trace of this many "
                    "decode forwards per server (GPU activity only) -> \"profiles\"")

@@ -62,7 +62,7 @@ PROFILE_KEY = RUN_KEY + ("with_stack", "rank")
 GREEDY_RUN_KEY = GREEDY_KEY + ("speculative",)
 KEYED = (("runs", RUN_KEY), ("greedy_equivalence", GREEDY_KEY),
          ("greedy_runs", GREEDY_RUN_KEY), ("accept_sweep", SWEEP_KEY),
-         ("profiles", PROFILE_KEY))
+         ("profiles", PROFILE_KEY), ("faults", GREEDY_RUN_KEY))
 
 
 def merge(old, new):
@@ -96,7 +96,7 @@ def merge(old, new):
 
 
 # records that belong to one call: pooled calls keep all of them, labelled
-PER_CALL = ("greedy_equivalence", "greedy_runs", "server_starts", "profiles")
+PER_CALL = ("greedy_equivalence", "greedy_runs", "server_starts", "profiles", "faults")
 
 
 def pool(old, new, label):
@@ -231,6 +231,12 @@ def validate(data):
         need(g, "overlap", bool, w)
         need(g, "prompts", int, w)
         need(g, "mismatched_prompts", int, w)
+    for i, f in enumerate(data.get("faults", [])):
+        w = f"faults[{i}]"
+        need(f, "variant", str, w)
+        need(f, "alive", bool, w)
+        for k in ("clients", "completed", "disconnected", "aborted", "errors"):
+            need(f, k, int, w)
 
 
 def _setting(r):

@@ -10,8 +10,10 @@ import json
 import math
 import os
 import sys
+import threading
 import time
 
+import faults
 import greedy
 import profiling
 import results
@@ -39,6 +41,7 @@ class Run:
         self.commands = []
         self.server_starts = []
         self.profiles = []
+        self.faults = []
         self.errors = []
         self.fmap, self.prompts, self.model_meta = None, [], {}
         self.greedy_debug = {}  # greedy key -> debug-check counts of that server
@@ -117,7 +120,7 @@ class Run:
                 "greedy_runs": self.greedy_runs(),
                 "model": self.model_meta, "commands": self.commands,
                 "server_starts": self.server_starts,
-                "profiles": self.profiles,
+                "profiles": self.profiles, "faults": self.faults,
                 "bench": {"input_len": self.a.input_len, "output_len": self.a.output_len,
                           "min_seconds": self.a.min_seconds, "seed": self.a.seed,
                           "dataset": "random-ids", "runner": self.runner.mode,
@@ -275,6 +278,13 @@ def serve_group(st, a, group, target, draft, vocab):
             st.log(f"  {m.tag} ready in {m.srv.start_s:.0f}s")
         for m in group:
             greedy_check(st, a, m)
+        if a.faults:
+            for m in group:
+                if st.time_left() < a.fault_deadline_s + a.fault_idle_s + 60:
+                    st.log(f"  deadline: no fault check of {m.tag}")
+                    st.errors.append(f"faults not run (deadline): {m.tag}")
+                    continue
+                fault_check(st, a, m, vocab)
         for c, stack, m in profile_order(group, a):
             profile_point(st, a, m, c, stack, vocab)
         if a.no_bench:
@@ -301,6 +311,65 @@ def greedy_check(st, a, m):
         st.log(f"  {m.tag}: seq_lens truth check {counts}")
     st.log(f"  {m.tag}: greedy {len(ids)}x{a.greedy_new_tokens} in {time.time() - t0:.1f}s"
            f", accept length {acc}")
+
+
+def greedy_off_chain(st, a, m, what):
+    """One greedy pass over the check's prompts: (prompts off the chain,
+    error).  Off the chain: the constructed chain from the prompt, or for a
+    disaggregated decode server each token's own predecessor's (no real
+    prefill made its first token); None without the token map."""
+    try:
+        ids, _ = greedy.generate(m.srv.url, st.prompts, a.greedy_new_tokens,
+                                 fake_bootstrap=a.disaggregation_decode)
+    except Exception as e:
+        return None, f"greedy {what}: {type(e).__name__}: {e}"[:300]
+    if not st.fmap:
+        return None, None
+    if a.disaggregation_decode:
+        return greedy.prompts_off_own_chain(ids, st.fmap), None
+    return st.prompts_off_chain(ids), None
+
+
+def fault_check(st, a, m, vocab):
+    """--faults: a storm of clients (cut, aborted, complete) with a greedy
+    check running through it, an idle pause, a last greedy check, liveness."""
+    clients = faults.make_clients(a.fault_clients, vocab, a.fault_new_tokens, a.seed)
+    t0 = time.time()
+    out = {}
+    th = threading.Thread(target=lambda: out.update(faults.storm(
+        m.srv.port, clients, a.fault_deadline_s, fake_bootstrap=a.disaggregation_decode)),
+        daemon=True)
+    th.start()
+    time.sleep(0.1)  # the storm's clients are in flight
+    during, err_during = greedy_off_chain(st, a, m, "during the storm")
+    th.join(a.fault_deadline_s + 30)
+    if not out:
+        out = {"clients": len(clients), "errors": 1, "error_messages": ["storm did not end"]}
+    st.log(f"  {m.tag}: fault storm {out.get('storm_s')}s: completed {out.get('completed')}, "
+           f"disconnected {out.get('disconnected')}, aborted {out.get('aborted')}, errors "
+           f"{out.get('errors')}, max silence {out.get('max_silence_s')}s, max ttfb "
+           f"{out.get('max_ttfb_s')}s; greedy during: {during} off chain")
+    time.sleep(a.fault_idle_s)
+    after, err_after = greedy_off_chain(st, a, m, "after the idle pause")
+    alive, health = m.srv.alive()
+    retract_lines, retracted = faults.count_retractions(m.srv.log_path)
+    var, be, ov, spec, pw = m.greedy_key
+    entry = {"variant": var, "attention_backend": be, "speculative": spec, "overlap": ov,
+             "piecewise_cuda_graph": pw, **deployment_fields(a), **out,
+             "greedy_prompts": len(st.prompts),
+             "prompts_off_chain_during": during, "prompts_off_chain_after": after,
+             "greedy_errors": [e for e in (err_during, err_after) if e],
+             "idle_s": a.fault_idle_s, "alive": alive, "health_status": health,
+             "retractions": retract_lines, "retracted_requests": retracted,
+             "new_tokens": a.fault_new_tokens, "check_s": round(time.time() - t0, 1)}
+    st.faults.append(entry)
+    st.log(f"  {m.tag}: after {a.fault_idle_s:g}s idle: greedy {after} off chain, alive "
+           f"{alive} (/health {health}), retractions {retract_lines} ({retracted} requests)")
+    for e in entry["greedy_errors"]:
+        st.errors.append(f"faults {m.tag}: {e}")
+    if not alive:
+        st.errors.append(f"faults {m.tag}: server not alive after the storm and idle pause")
+    st.write()
 
 
 def profile_order(members, a):

@@ -160,6 +160,24 @@ class Server:
         states = (info or {}).get("internal_states") or [{}]
         return states[0] or {}
 
+    def alive(self):
+        """(process running and its scheduler answers /get_server_info,
+        the HTTP status of GET /health or the error's name)."""
+        try:
+            with urllib.request.urlopen(self.url + "/health", timeout=60) as resp:
+                health = resp.status
+        except urllib.error.HTTPError as e:
+            health = e.code
+        except Exception as e:
+            health = type(e).__name__
+        if self.proc.poll() is not None:
+            return False, health
+        try:
+            http_json(self.url + "/get_server_info", timeout=60)
+        except Exception:
+            return False, health
+        return True, health
+
     def reset_spec_counters(self):
         """Zero the server's accept-length counters (best effort).
 

@@ -1,143 +1,15 @@
-"""CPU test of `benchmark/e2e.py run` end to end, against a stand-in sglang.
-
-The stand-in site holds `sglang.launch_server` (a small HTTP server with the
-endpoints the harness calls) and `sglang.bench_serving` (writes the result
-line bench_serving writes).  Each records what it did in a shared journal,
-so the test can check the order of events: with --side-by-side all servers
-serve at once and their repeats interleave; without it each server is gone
-before the next starts.  The results file must hold every point.
+"""CPU test of `benchmark/e2e.py run` end to end, against the stand-in
+sglang of standin_sglang.py, whose journal gives the order of events: with
+--side-by-side all servers serve at once and their repeats interleave;
+without it each server is gone before the next starts.  The results file
+must hold every point.
 """
 
-import json
 import os
 import subprocess
 import sys
-import textwrap
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-E2E = os.path.join(REPO, "benchmark", "e2e.py")
-
-LAUNCH_SERVER = textwrap.dedent('''
-    import gzip, http.server, json, os, sys, threading, time
-    argv = sys.argv[1:]
-    port = int(argv[argv.index("--port") + 1])
-    spec = "--speculative-algorithm" in argv
-    tp = int(argv[argv.index("--tp") + 1]) if "--tp" in argv else 1
-    journal = os.environ["FAKE_JOURNAL"]
-
-    def note(event):
-        with open(journal, "a") as fh:
-            fh.write(json.dumps({"t": time.time(), "port": port, "event": event,
-                                 "argv": argv}) + "\\n")
-
-    class H(http.server.BaseHTTPRequestHandler):
-        def log_message(self, *args):
-            pass
-
-        def _send(self, obj):
-            body = json.dumps(obj).encode()
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def do_GET(self):
-            self._send({"internal_states": [{"avg_spec_accept_length": 2.5 if spec else None}]})
-
-        def do_POST(self):
-            n = int(self.headers.get("Content-Length") or 0)
-            req = json.loads(self.rfile.read(n) or b"{}")
-            if self.path == "/start_profile":
-                note({"start_profile": req})
-                threading.Thread(target=write_trace, args=(req,)).start()
-                return self._send({"success": True})
-            if self.path != "/generate":
-                return self._send({"success": True})
-            ids = req["input_ids"]
-            note({"generate_bootstrap_host": req.get("bootstrap_host")})
-            batch = ids if ids and isinstance(ids[0], list) else [ids]
-            k = req["sampling_params"]["max_new_tokens"]
-            # output: the prompt's last id + 1, +2, ... (same with and without spec)
-            outs = [{"output_ids": [p[-1] + i + 1 for i in range(k)],
-                     "meta_info": {"completion_tokens": k,
-                                   "spec_verify_ct": (k // 2) if spec else 0}}
-                    for p in batch]
-            self._send(outs if batch is ids else outs[0])
-
-    def write_trace(req):
-        # like sglang: the trace appears once num_steps forwards have run.
-        # Each forward: a kernel of (port % 100) us, then 50 us of idle GPU
-        # one trace per tensor-parallel rank; rank r's kernels are r us longer
-        time.sleep(0.2)
-        stamp = time.time()
-        for rank in range(tp):
-            busy = port % 100 + 10 + rank
-            ev = [{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7,
-                   "ts": i * (busy + 50), "dur": busy} for i in range(req["num_steps"])]
-            name = f"{stamp}-TP-{rank}.trace.json.gz"
-            with gzip.open(os.path.join(req["output_dir"], name), "wt") as fh:
-                json.dump({"traceEvents": ev}, fh)
-
-    time.sleep(0.5)  # a start-up that takes a moment
-    srv = http.server.ThreadingHTTPServer(("127.0.0.1", port), H)
-    note("up")
-    import signal
-    def down(*_):
-        note("down")
-        os._exit(0)
-    signal.signal(signal.SIGTERM, down)
-    srv.serve_forever()
-''')
-
-BENCH_SERVING = textwrap.dedent('''
-    import json, os, sys, time
-    argv = sys.argv[1:]
-    opt = lambda name: argv[argv.index(name) + 1]
-    port, conc, n = int(opt("--port")), int(opt("--max-concurrency")), int(opt("--num-prompts"))
-    with open(os.environ["FAKE_JOURNAL"], "a") as fh:
-        fh.write(json.dumps({"t": time.time(), "port": port, "event": "bench",
-                             "concurrency": conc}) + "\\n")
-    time.sleep(0.05)
-    # TPOT that tells the servers apart: 1 ms a concurrency step, +0.5 on 30000s+10
-    tpot = 1.0 + conc + (port % 100) / 20.0
-    rec = {"median_tpot_ms": tpot, "median_itl_ms": tpot / 2, "output_throughput": 100.0 * conc,
-           "accept_length": None, "duration": 1.0}
-    with open(opt("--output-file"), "a") as fh:
-        fh.write(json.dumps(rec) + "\\n")
-''')
-
-
-def _site(tmp_path):
-    site = tmp_path / "site" / "sglang"
-    site.mkdir(parents=True)
-    (site / "__init__.py").write_text("")
-    (site / "launch_server.py").write_text(LAUNCH_SERVER)
-    (site / "bench_serving.py").write_text(BENCH_SERVING)
-    # a models dir the harness reuses instead of building weights
-    draft = tmp_path / "work" / "models-tiny" / "draft"
-    draft.mkdir(parents=True)
-    (draft / "synthetic.json").write_text(json.dumps(
-        {"preset": "tiny", "accept_steps": 3, "draft_accuracy": 0.8, "spec_steps": 3,
-         "vocab": 50}))
-    return str(tmp_path / "site")
-
-
-def _run(tmp_path, *extra):
-    site = _site(tmp_path)
-    journal = tmp_path / "journal.jsonl"
-    env = dict(os.environ, FAKE_JOURNAL=str(journal), PYTHONPATH=site)
-    out = tmp_path / "out"
-    cmd = [sys.executable, E2E, "run", "--variant", f"base={site}",
-           "--variant", f"upstream-0.5.13={site}", "--preset", "tiny",
-           "--speculative", "EAGLE3", "--piecewise", "default",
-           "--concurrency", "1,4", "--repeats", "2", "--min-seconds", "0.5",
-           "--greedy-prompts", "3", "--greedy-new-tokens", "4", "--card", "FAKE",
-           "--work-dir", str(tmp_path / "work"), "--out-dir", str(out), *extra]
-    res = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
-    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
-    events = [json.loads(x) for x in journal.read_text().splitlines()]
-    (path,) = [p for p in out.iterdir() if p.suffix == ".json"]
-    return events, json.loads(path.read_text())
+from standin_sglang import E2E, run_e2e as _run
 
 
 def test_side_by_side_servers_overlap_and_repeats_interleave(tmp_path):

@@ -1,0 +1,216 @@
+"""`e2e.py run --faults`: a storm of clients that disconnect, are aborted
+or complete, while greedy prompts check the constructed chain; then an idle
+pause (sglang's idle self-check crashes a server that leaked a KV slot), a
+last greedy check and a liveness check.  One `faults` record per server.
+
+Clients, in threads, against 127.0.0.1 only, standard library only, each
+request bounded by the storm's deadline:
+- "cut": a streamed long generation, the socket closed after a random
+  0.05-2 s (a client that goes away mid-stream);
+- "abort": a long generation with a known rid, aborted by POST
+  /abort_request {"rid": ...} after a random 0.05-2 s;
+- "complete": a streamed long generation read to its end.
+Per streamed request the time to its first byte (the first token); over the
+storm the longest time without a request's response ending (from the
+storm's start): a stall shows in both.
+"""
+
+import http.client
+import json
+import random
+import re
+import socket
+import statistics
+import threading
+import time
+
+import greedy
+
+KINDS = ("cut", "abort", "complete")
+# sglang 0.5.12.post1, Scheduler (srt/managers/scheduler.py), when a decode
+# batch does not fit the KV pool:
+#   "KV cache pool is full. Retract requests. #retracted_reqs: N, ..."
+RETRACT_LINE = "KV cache pool is full. Retract requests."
+RETRACTED = re.compile(r"#retracted_reqs: (\d+)")
+RANK = re.compile(r"\bTP(\d+)\b")
+
+
+class Client:
+    """One storm request and what became of it."""
+
+    def __init__(self, i, kind, prompt, new_tokens, delay_s, rid):
+        self.i, self.kind, self.prompt, self.delay_s, self.rid = i, kind, prompt, delay_s, rid
+        self.new_tokens = new_tokens
+        self.outcome = None  # completed | disconnected | aborted | error
+        self.error = None
+        self.t0 = self.ttfb_s = self.end_t = None  # end_t: its response ended (server side)
+        self.abort_sent = False
+
+    def payload(self, fake_bootstrap):
+        p = {"input_ids": self.prompt, "rid": self.rid,
+             "sampling_params": {"temperature": 0.0, "max_new_tokens": self.new_tokens,
+                                 "ignore_eos": True},
+             "stream": self.kind != "abort"}
+        if fake_bootstrap:
+            p["bootstrap_host"] = greedy.FAKE_BOOTSTRAP_HOST
+        return p
+
+
+def make_clients(n, vocab, new_tokens, seed):
+    rng = random.Random(seed)
+    prompts = greedy.make_prompts(n, vocab, seed=seed + 1000)
+    return [Client(i, KINDS[i % 3], prompts[i], new_tokens, rng.uniform(0.05, 2.0),
+                   f"sglpatch-fault-{seed}-{i}") for i in range(n)]
+
+
+def _connect(port, client, fake_bootstrap, timeout):
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    body = json.dumps(client.payload(fake_bootstrap)).encode()
+    client.t0 = time.time()
+    conn.request("POST", "/generate", body, {"Content-Type": "application/json"})
+    sock = conn.sock  # the response takes it over when the server closes after it
+    return conn, sock, conn.getresponse()
+
+
+def _stream(port, c, fake_bootstrap, deadline):
+    """A streamed request: read until the cut ("cut") or its end ("complete")."""
+    conn, sock, resp = _connect(port, c, fake_bootstrap, max(deadline - time.time(), 0.1))
+    try:
+        if resp.status != 200:
+            raise RuntimeError(f"HTTP {resp.status}: {resp.read(300)!r}")
+        stop = c.t0 + c.delay_s if c.kind == "cut" else deadline
+        tail = b""
+        while True:
+            left = min(stop, deadline) - time.time()
+            if left <= 0:
+                break
+            sock.settimeout(left)
+            try:
+                data = resp.read1(65536)
+            except (socket.timeout, TimeoutError):
+                break
+            if not data:
+                c.end_t = time.time()
+                if b"[DONE]" not in tail or b'"error"' in tail:
+                    raise RuntimeError(f"stream ended without [DONE]: {tail[-200:]!r}")
+                c.outcome = "completed"
+                return
+            if c.ttfb_s is None:
+                c.ttfb_s = time.time() - c.t0
+            tail = (tail + data)[-400:]
+        if c.kind != "cut":
+            raise TimeoutError("storm deadline before the stream ended")
+        c.outcome = "disconnected"
+    finally:  # unread data pending: the peer sees the connection reset
+        resp.close()
+        conn.close()
+        sock.close()
+
+
+def _abort_after(port, c, done, deadline):
+    if done.wait(c.delay_s):
+        return  # ended first: nothing to abort
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=max(deadline - time.time(), 0.1))
+    try:
+        conn.request("POST", "/abort_request", json.dumps({"rid": c.rid}).encode(),
+                     {"Content-Type": "application/json"})
+        resp = conn.getresponse()
+        resp.read()
+        c.abort_sent = resp.status == 200
+        if not c.abort_sent:
+            c.error = f"/abort_request HTTP {resp.status}"
+    except Exception as e:
+        c.error = f"/abort_request: {type(e).__name__}: {e}"
+    finally:
+        conn.close()
+
+
+def _aborted(port, c, fake_bootstrap, deadline):
+    done = threading.Event()
+    timer = threading.Thread(target=_abort_after, args=(port, c, done, deadline), daemon=True)
+    timer.start()
+    conn = None
+    try:
+        conn, _, resp = _connect(port, c, fake_bootstrap, max(deadline - time.time(), 0.1))
+        body = resp.read()
+        c.end_t = time.time()
+    finally:
+        done.set()
+        if conn is not None:
+            conn.close()
+    timer.join(max(deadline - time.time(), 0.1))
+    if resp.status == 200:
+        fin = (json.loads(body).get("meta_info") or {}).get("finish_reason") or {}
+        c.outcome = "aborted" if fin.get("type") == "abort" else "completed"
+    elif c.abort_sent:  # an abort sglang answers with an error status
+        c.outcome = "aborted"
+    else:
+        raise RuntimeError(f"HTTP {resp.status}: {body[:300]!r}")
+
+
+def _run_client(port, c, fake_bootstrap, deadline):
+    try:
+        (_aborted if c.kind == "abort" else _stream)(port, c, fake_bootstrap, deadline)
+    except Exception as e:
+        c.outcome = "error"
+        c.error = c.error or f"{c.kind} #{c.i}: {type(e).__name__}: {e}"[:300]
+
+
+def storm(port, clients, deadline_s, fake_bootstrap=False):
+    """Run all clients at once; returns the storm's summary fields."""
+    t0 = time.time()
+    deadline = t0 + deadline_s
+    threads = [threading.Thread(target=_run_client, args=(port, c, fake_bootstrap, deadline),
+                                daemon=True) for c in clients]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(max(deadline + 5 - time.time(), 0))
+    for c in clients:
+        if c.outcome is None:
+            c.outcome, c.error = "error", f"{c.kind} #{c.i}: still running at the storm deadline"
+    storm_s = time.time() - t0
+    ends = sorted(c.end_t for c in clients if c.end_t is not None)
+    errors = [c.error for c in clients if c.outcome == "error"]
+    ttfb = [c.ttfb_s for c in clients if c.ttfb_s is not None]  # streamed requests
+    return {
+        "clients": len(clients),
+        "completed": sum(c.outcome == "completed" for c in clients),
+        "disconnected": sum(c.outcome == "disconnected" for c in clients),
+        "aborted": sum(c.outcome == "aborted" for c in clients),
+        "abort_requests_sent": sum(c.abort_sent for c in clients),
+        "errors": len(errors),
+        "error_messages": errors[:5],
+        "storm_s": round(storm_s, 3),
+        "max_silence_s": round(max_gap([t0] + ends), 3),
+        "max_ttfb_s": round(max(ttfb), 3) if ttfb else None,
+        "median_ttfb_s": round(statistics.median(ttfb), 3) if ttfb else None,
+        "streams_cut_before_first_byte": sum(c.outcome == "disconnected" and c.ttfb_s is None
+                                             for c in clients),
+    }
+
+
+def max_gap(times):
+    """Longest time between consecutive instants (0 for fewer than two)."""
+    times = sorted(times)
+    return max((b - a for a, b in zip(times, times[1:])), default=0.0)
+
+
+def count_retractions(log_path):
+    """(retraction log lines, requests retracted) in a server log, rank 0's
+    lines only (each tensor-parallel rank logs its own)."""
+    lines = reqs = 0
+    try:
+        with open(log_path, errors="replace") as fh:
+            for line in fh:
+                if RETRACT_LINE not in line:
+                    continue
+                rank = RANK.search(line)
+                if rank and rank.group(1) != "0":
+                    continue
+                lines += 1
+                n = RETRACTED.search(line)
+                reqs += int(n.group(1)) if n else 0
+    except OSError:
+        return None, None
+    return lines, reqs

@@ -1,0 +1,212 @@
+"""A stand-in sglang for CPU tests of `benchmark/e2e.py run`.
+
+The stand-in site holds `sglang.launch_server` (a small HTTP server with the
+endpoints the harness calls: /generate, batched or one prompt, streamed or
+not; /abort_request; /health; /get_server_info; /start_profile) and
+`sglang.bench_serving` (writes the result line bench_serving writes).  Each
+records what it did in a shared journal (FAKE_JOURNAL), so a test can check
+the order of events and count what the server saw.  Greedy output: the
+prompt's last id + 1, + 2, ... (the chain f(t) = t + 1).  Environment:
+FAKE_TOKEN_S, seconds per generated token (all requests step under one
+lock, like one scheduler); FAKE_STALL_S, the whole server stalls that long
+when the first streamed request arrives.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+E2E = os.path.join(REPO, "benchmark", "e2e.py")
+
+LAUNCH_SERVER = textwrap.dedent('''
+    import gzip, http.server, json, os, sys, threading, time
+    argv = sys.argv[1:]
+    port = int(argv[argv.index("--port") + 1])
+    spec = "--speculative-algorithm" in argv
+    tp = int(argv[argv.index("--tp") + 1]) if "--tp" in argv else 1
+    journal = os.environ["FAKE_JOURNAL"]
+    token_s = float(os.environ.get("FAKE_TOKEN_S") or 0)
+    stall_s = float(os.environ.get("FAKE_STALL_S") or 0)
+    step_lock = threading.Lock()  # one scheduler: a stall holds it
+    aborted = set()
+    journal_lock = threading.Lock()
+
+    def note(event):
+        with journal_lock, open(journal, "a") as fh:
+            fh.write(json.dumps({"t": time.time(), "port": port, "event": event,
+                                 "argv": argv}) + "\\n")
+
+    def step():
+        with step_lock:
+            pass
+        if token_s:
+            time.sleep(token_s)
+
+    stalled = []
+
+    def stall_once():
+        with journal_lock:
+            if stalled:
+                return
+            stalled.append(True)
+        with step_lock:
+            note("stall")
+            time.sleep(stall_s)
+
+    class H(http.server.BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def _send(self, obj):
+            body = json.dumps(obj).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def do_GET(self):
+            if self.path == "/health":
+                return self._send({})
+            self._send({"internal_states": [{"avg_spec_accept_length": 2.5 if spec else None}]})
+
+        def do_POST(self):
+            n = int(self.headers.get("Content-Length") or 0)
+            req = json.loads(self.rfile.read(n) or b"{}")
+            if self.path == "/start_profile":
+                note({"start_profile": req})
+                threading.Thread(target=write_trace, args=(req,)).start()
+                return self._send({"success": True})
+            if self.path == "/abort_request":
+                aborted.add(req["rid"])
+                note({"abort": req["rid"]})
+                return self._send({})
+            if self.path != "/generate":
+                return self._send({"success": True})
+            ids = req["input_ids"]
+            note({"generate_bootstrap_host": req.get("bootstrap_host")})
+            batch = ids if ids and isinstance(ids[0], list) else [ids]
+            k = req["sampling_params"]["max_new_tokens"]
+            if req.get("stream"):
+                return self._stream(req, ids, k)
+            outs = [[] for _ in batch]
+            reason = {"type": "length", "length": k}
+            for i in range(k):
+                if req.get("rid") in aborted:
+                    note({"aborted_generation": req["rid"]})
+                    reason = {"type": "abort", "message": "Abort in the stand-in"}
+                    break
+                step()
+                for p, out in zip(batch, outs):
+                    out.append(p[-1] + i + 1)
+            # same output with and without spec
+            outs = [{"output_ids": out,
+                     "meta_info": {"completion_tokens": len(out), "finish_reason": reason,
+                                   "spec_verify_ct": (k // 2) if spec else 0}}
+                    for out in outs]
+            self._send(outs if batch is ids else outs[0])
+
+        def _stream(self, req, prompt, k):
+            self.send_response(200)  # HTTP/1.0: the body ends when the connection closes
+            self.send_header("Content-Type", "text/event-stream")
+            self.end_headers()
+            if stall_s:
+                stall_once()
+            try:
+                for i in range(k):
+                    step()
+                    chunk = {"output_ids": [prompt[-1] + i + 1], "meta_info": {}}
+                    self.wfile.write(b"data: " + json.dumps(chunk).encode() + b"\\n\\n")
+                    self.wfile.flush()
+                self.wfile.write(b"data: [DONE]\\n\\n")
+                self.wfile.flush()
+                note({"stream_done": req.get("rid")})
+            except (BrokenPipeError, ConnectionResetError):
+                note({"stream_cut": req.get("rid")})
+
+    def write_trace(req):
+        # like sglang: the trace appears once num_steps forwards have run.
+        # Each forward: a kernel of (port % 100) us, then 50 us of idle GPU
+        # one trace per tensor-parallel rank; rank r's kernels are r us longer
+        time.sleep(0.2)
+        stamp = time.time()
+        for rank in range(tp):
+            busy = port % 100 + 10 + rank
+            ev = [{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7,
+                   "ts": i * (busy + 50), "dur": busy} for i in range(req["num_steps"])]
+            name = f"{stamp}-TP-{rank}.trace.json.gz"
+            with gzip.open(os.path.join(req["output_dir"], name), "wt") as fh:
+                json.dump({"traceEvents": ev}, fh)
+
+    time.sleep(0.5)  # a start-up that takes a moment
+    http.server.ThreadingHTTPServer.request_queue_size = 256  # a storm connects at once
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", port), H)
+    note("up")
+    import signal
+    def down(*_):
+        note("down")
+        os._exit(0)
+    signal.signal(signal.SIGTERM, down)
+    srv.serve_forever()
+''')
+
+BENCH_SERVING = textwrap.dedent('''
+    import json, os, sys, time
+    argv = sys.argv[1:]
+    opt = lambda name: argv[argv.index(name) + 1]
+    port, conc, n = int(opt("--port")), int(opt("--max-concurrency")), int(opt("--num-prompts"))
+    with open(os.environ["FAKE_JOURNAL"], "a") as fh:
+        fh.write(json.dumps({"t": time.time(), "port": port, "event": "bench",
+                             "concurrency": conc}) + "\\n")
+    time.sleep(0.05)
+    # TPOT that tells the servers apart: 1 ms a concurrency step, +0.5 on 30000s+10
+    tpot = 1.0 + conc + (port % 100) / 20.0
+    rec = {"median_tpot_ms": tpot, "median_itl_ms": tpot / 2, "output_throughput": 100.0 * conc,
+           "accept_length": None, "duration": 1.0}
+    with open(opt("--output-file"), "a") as fh:
+        fh.write(json.dumps(rec) + "\\n")
+''')
+
+
+def make_site(tmp_path, token_map=False):
+    """The stand-in site under tmp_path, and a models dir the harness reuses
+    instead of building weights (with token_map: the chain f(t) = t + 1 the
+    stand-in follows; needs torch)."""
+    site = tmp_path / "site" / "sglang"
+    site.mkdir(parents=True)
+    (site / "__init__.py").write_text("")
+    (site / "launch_server.py").write_text(LAUNCH_SERVER)
+    (site / "bench_serving.py").write_text(BENCH_SERVING)
+    models = tmp_path / "work" / "models-tiny"
+    (models / "draft").mkdir(parents=True)
+    (models / "draft" / "synthetic.json").write_text(json.dumps(
+        {"preset": "tiny", "accept_steps": 3, "draft_accuracy": 0.8, "spec_steps": 3,
+         "vocab": 50}))
+    if token_map:
+        import torch
+
+        torch.save({"f": torch.arange(1, 10001)}, str(models / "token_map.pt"))
+    return str(tmp_path / "site")
+
+
+def run_e2e(tmp_path, *extra, env=None, token_map=False,
+            variants=("base", "upstream-0.5.13")):
+    """`e2e.py run` of the builds `variants` on the stand-in; returns the
+    journal's events and the results file."""
+    site = make_site(tmp_path, token_map=token_map)
+    journal = tmp_path / "journal.jsonl"
+    env = dict(os.environ, FAKE_JOURNAL=str(journal), PYTHONPATH=site, **(env or {}))
+    out = tmp_path / "out"
+    cmd = [sys.executable, E2E, "run", *[x for v in variants for x in ("--variant", f"{v}={site}")],
+           "--preset", "tiny",
+           "--speculative", "EAGLE3", "--piecewise", "default",
+           "--concurrency", "1,4", "--repeats", "2", "--min-seconds", "0.5",
+           "--greedy-prompts", "3", "--greedy-new-tokens", "4", "--card", "FAKE",
+           "--work-dir", str(tmp_path / "work"), "--out-dir", str(out), *extra]
+    res = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    events = [json.loads(x) for x in journal.read_text().splitlines()]
+    (path,) = [p for p in out.iterdir() if p.suffix == ".json"]
+    return events, json.loads(path.read_text())

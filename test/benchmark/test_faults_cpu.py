@@ -1,0 +1,116 @@
+"""CPU tests of `e2e.py run --faults` against the stand-in sglang
+(standin_sglang.py): the storm's counts in the results file match what the
+stand-in saw, and a stall of the server shows in max_silence_s and
+max_ttfb_s."""
+
+import collections
+import os
+import sys
+
+import pytest
+
+from standin_sglang import REPO, run_e2e
+
+sys.path.insert(0, os.path.join(REPO, "benchmark"))
+
+import faults  # noqa: E402
+
+pytest.importorskip("torch")  # the stand-in's token map (the chain f(t) = t + 1)
+
+# 4 clients of each kind; every stream and generation lasts >= 2.5 s, so each
+# cut (<= 2 s) and each abort (<= 2 s) lands mid-generation
+FAULTS = ("--faults", "--no-bench", "--side-by-side", "--max-total-tokens", "4000",
+          "--fault-clients", "12", "--fault-new-tokens", "250", "--fault-idle-s", "0.3",
+          "--fault-deadline-s", "20")
+
+
+def _seen(events, port, what):
+    return [e["event"][what] for e in events
+            if e["port"] == port and isinstance(e["event"], dict) and what in e["event"]]
+
+
+def test_fault_storm_counts_match_what_the_server_saw(tmp_path):
+    events, data = run_e2e(tmp_path, *FAULTS, env={"FAKE_TOKEN_S": "0.01"}, token_map=True)
+    assert not data.get("errors")
+    ports = {e["port"]: e["argv"] for e in events if e["event"] == "up"}
+    by_port = {int(argv[argv.index("--port") + 1]): argv for argv in ports.values()}
+    recs = data["faults"]
+    assert sorted(f["variant"] for f in recs) == ["base", "upstream-0.5.13"]
+    for f, port in zip(recs, sorted(by_port)):
+        assert f["clients"] == 12 and f["tp"] == 1 and f["speculative"] == "EAGLE3"
+        assert (f["completed"], f["disconnected"], f["aborted"], f["errors"]) == (4, 4, 4, 0)
+        # what the stand-in saw of this server's storm
+        assert len(_seen(events, port, "abort")) == f["abort_requests_sent"] == 4
+        assert len(_seen(events, port, "aborted_generation")) == f["aborted"]
+        assert len(_seen(events, port, "stream_cut")) == f["disconnected"]
+        assert len(_seen(events, port, "stream_done")) == f["completed"]
+        assert f["prompts_off_chain_during"] == f["prompts_off_chain_after"] == 0
+        assert f["greedy_prompts"] == 3 and f["alive"] is True and f["health_status"] == 200
+        assert f["retractions"] == 0 and f["idle_s"] == 0.3
+        assert f["max_ttfb_s"] < 1.0 and f["storm_s"] >= 2.5  # no stall: first tokens at once
+    # side by side: the second storm starts after the first ended
+    assert recs[0]["variant"] != recs[1]["variant"]
+
+
+def test_a_stalled_server_shows_in_silence_and_first_byte(tmp_path):
+    # and a disaggregated decode server: every storm request carries the fake
+    # transfer's bootstrap host, the greedy prompts are checked on their own chain
+    events, data = run_e2e(tmp_path, *FAULTS, "--disaggregation-decode",
+                           env={"FAKE_TOKEN_S": "0.01", "FAKE_STALL_S": "1.5"},
+                           token_map=True, variants=("base",))
+    assert not data.get("errors")
+    hosts = [e["event"]["generate_bootstrap_host"] for e in events
+             if isinstance(e["event"], dict) and "generate_bootstrap_host" in e["event"]]
+    assert len(hosts) == 12 + 3 and set(hosts) == {"2.2.2.2"}  # storm + three greedy checks
+    assert data["faults"][0]["disaggregation"] == "decode"
+    stalls = collections.Counter(e["port"] for e in events if e["event"] == "stall")
+    assert list(stalls.values()) == [1]  # once, at the storm's first stream
+    for f in data["faults"]:
+        assert f["max_silence_s"] >= 1.5 and f["max_ttfb_s"] >= 1.5
+        assert f["median_ttfb_s"] >= 1.0  # not one slow request: all waited
+        assert f["errors"] == 0 and f["alive"] is True
+        assert f["prompts_off_chain_during"] == 0
+
+
+def test_retractions_are_counted_from_rank_0s_log_lines(tmp_path):
+    log = tmp_path / "server.log"
+    log.write_text(
+        "[2026-11-26 10:00:00 TP0] KV cache pool is full. Retract requests. "
+        "#retracted_reqs: 3, #new_tokens_gained: 120, #new_token_ratio: 0.7 -> 1.0\n"
+        "[2026-11-26 10:00:00 TP1] KV cache pool is full. Retract requests. "
+        "#retracted_reqs: 3, #new_tokens_gained: 120, #new_token_ratio: 0.7 -> 1.0\n"
+        "[2026-11-26 10:00:01] KV cache pool is full. Retract requests. "
+        "#retracted_reqs: 2, #new_tokens_gained: 64\n"
+        "[2026-11-26 10:00:02] Decode batch. #running-req: 40\n")
+    assert faults.count_retractions(str(log)) == (2, 5)
+    assert faults.count_retractions(str(tmp_path / "missing.log")) == (None, None)
+
+
+def test_max_gap():
+    assert faults.max_gap([]) == 0.0 and faults.max_gap([3.0]) == 0.0
+    assert faults.max_gap([0.0, 4.0, 1.0]) == 3.0
+
+
+FAULT = {"variant": "patched", "attention_backend": "triton", "speculative": "EAGLE3",
+         "overlap": True, "piecewise_cuda_graph": True, "tp": 2, "clients": 64,
+         "completed": 21, "disconnected": 22, "aborted": 21, "errors": 1,
+         "error_messages": ["cut #3: TimeoutError: x"], "prompts_off_chain_during": 0,
+         "prompts_off_chain_after": 0, "retractions": 7, "max_silence_s": 61.2,
+         "max_ttfb_s": 60.1, "storm_s": 75.0, "idle_s": 20.0, "alive": True}
+
+
+def test_fault_records_validate_pool_and_render():
+    import report
+    import results
+
+    data = {"card": "H200", "date": "2026-11-26", "model_preset": "small", "runs": [],
+            "greedy_equivalence": [], "faults": [FAULT]}
+    results.validate(data)
+    pooled = results.pool(results.pool(None, data, "call 1"), data, "call 2")
+    assert [f["call"] for f in pooled["faults"]] == ["call 1", "call 2"]  # every call's kept
+    page = report.render(pooled, "x.json")
+    assert "## Load and faults" in page and "| patched EAGLE3 triton pcg tp2 | 64 | 21 | 22 |" in page
+    assert "cut #3: TimeoutError: x" in page
+    bad = dict(data, faults=[dict(FAULT, alive="yes")])
+    with pytest.raises(ValueError, match="alive"):
+        results.validate(bad)
