@@ -100,6 +100,15 @@ class TestSeqLensTruthCheck(CustomTestCase):
              "4 checks, 0 violations"],
         )
 
+    def test_count_line_follows_the_checks_made_not_the_batch_size(self):
+        # 3 requests, one finished: 2 checks, below log_every = 4, so no line
+        self.check.log_every = 4
+        batch = _batch([3, 5, 7], [PROMPT + 2, PROMPT + 4, PROMPT + 6])
+        batch.reqs[0].done = True
+        with self.assertNoLogs(overlap_utils.logger, "INFO"):
+            self._run(batch)
+        self.assertEqual(self.check.checks, 2)
+
     def test_off_by_default_records_nothing(self):
         with mock.patch.object(overlap_utils, "CHECK_SEQ_LENS_TRUTH", False):
             self.assertIsNone(self.check.record(_batch([3], [PROMPT + 2])))

@@ -414,6 +414,18 @@ class TestStalePlanDetector(CustomTestCase):
         self.assertEqual(planner.calls, 2)
         self.assertTrue(torch.equal(planner.kv_indptr, planned))
 
+    def test_plans_holding_named_tuples_are_frozen_too(self):
+        from collections import namedtuple
+
+        Indptr = namedtuple("Indptr", ["kv", "qo"])
+        buf = torch.tensor([0, 2, 5])
+        saved = {}
+        frozen = forward_batch_info._frozen(Indptr(kv=buf, qo=3), saved)
+        self.assertIsInstance(frozen, Indptr)
+        buf[1] = 9  # a re-plan writes the buffer in place
+        self.assertEqual(frozen.kv.tolist(), [0, 2, 5])
+        self.assertEqual(frozen.qo, 3)
+
     def test_switch_on_wires_into_forward_path(self):
         planner = _FakeBackend()
         fb = self._marked(planner)
