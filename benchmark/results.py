@@ -144,18 +144,15 @@ def equivalence_by_digest(data, new_label=None):
     yet are returned; unequal digests give no entry (a count of differing
     prompts needs the ids) and are left for the greedy_runs to show."""
     runs = data.get("greedy_runs", [])
-    have = {(g.get("variant"), g.get("attention_backend"), g.get("overlap"),
-             g.get("piecewise_cuda_graph"), g.get("prompts"), g.get("tp", 1),
-             g.get("disaggregation"))
-            for g in data.get("greedy_equivalence", [])}
+    entry_key = GREEDY_KEY + ("prompts",)  # one check per server setting and prompt set
+    have = {_key(g, entry_key) for g in data.get("greedy_equivalence", [])}
     out = []
     for e in runs:
         if e.get("speculative") != "EAGLE3":
             continue
-        key = (e["variant"], e["attention_backend"], e["overlap"],
-               e.get("piecewise_cuda_graph"), e["prompts"], e.get("tp", 1),
-               e.get("disaggregation"))
-        same = ("variant", "attention_backend", "overlap", "prompts", "tp", "disaggregation")
+        key = _key(e, entry_key)
+        # the no-spec reference: the same server but for speculation (any piecewise setting)
+        same = tuple(f for f in entry_key if f != "piecewise_cuda_graph")
         refs = [r for r in runs if r.get("speculative") == "none"
                 and _key(r, same) == _key(e, same)]
         # the reference with the same piecewise setting first
