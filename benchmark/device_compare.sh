@@ -15,7 +15,10 @@
 #   - INSTALL_ONLY=1: install the sites and stop
 #   - SIDE_BY_SIDE=K: the K servers of the call run at the same time and are
 #     measured in turn (e2e --side-by-side), each with a fixed KV pool
-# usage: OUT=dir [SYNC_TRACE=1] [SIDE_BY_SIDE=K] benchmark/device_compare.sh KIT BUDGET_S VARIANTS [e2e run options]
+#   - PAIRS=P (with SIDE_BY_SIDE): P copies of that comparison at once, each
+#     on 1/P of the GPUs and CPUs, repeats pooled (benchmark/pairs.py); e.g.
+#     PAIRS=2 --tp 2 on four GPUs gives twice the repeats in the same time
+# usage: OUT=dir [SYNC_TRACE=1] [SIDE_BY_SIDE=K [PAIRS=P]] benchmark/device_compare.sh KIT BUDGET_S VARIANTS [e2e run options]
 #   e.g. benchmark/device_compare.sh .kit 560 base,patched --piecewise default \
 #          --concurrency 1,8,32 --repeats 3 --min-seconds 8
 # Returns under $OUT (the folder whose files come back from the GPU machine,
@@ -30,7 +33,9 @@ VARIANTS=$3
 shift 3
 WORK=/tmp/sglpatch-bench
 mkdir -p "$WORK"
-rm -rf "$WORK/profiles"  # a warm machine keeps /tmp: only this call's traces go back
+# a warm machine keeps /tmp: only this call's traces and logs go back
+rm -rf "$WORK/profiles" "$WORK"/pair*/profiles
+rm -f "$WORK"/*.log "$WORK"/pair*/*.log
 gpu_env
 
 args=() partial=()
@@ -85,12 +90,15 @@ if [ -n "$SIDE_BY_SIDE" ]; then
 fi
 
 rc=0
+[ -n "$PAIRS" ] && [ -z "$SIDE_BY_SIDE" ] && { log "ERROR: PAIRS needs SIDE_BY_SIDE"; exit 2; }
 e2e() {  # e2e OUT_DIR VARIANT_ARGS... -- e2e options
   local dir=$1; shift
-  log "e2e -> $dir: $*"
-  python3 benchmark/e2e.py run "$@" --work-dir "$WORK" --out-dir "$dir" \
+  local runner=(benchmark/e2e.py run)
+  [ -n "$PAIRS" ] && runner=(benchmark/pairs.py --pairs "$PAIRS" --)
+  log "e2e${PAIRS:+ x$PAIRS pairs} -> $dir: $*"
+  python3 "${runner[@]}" "$@" --work-dir "$WORK" --out-dir "$dir" \
     --deadline-s $(( $(left) - 25 )) 2>&1 | tee -a "$OUT/compare.log" \
-    | grep -E "rep |ready|ERROR|deadline|greedy"
+    | grep -E "rep |ready|ERROR|deadline|greedy|pair[0-9]+:|pooled"
   [ "${PIPESTATUS[0]}" = 0 ] || rc=1
 }
 for n in "${partial[@]}"; do
@@ -98,7 +106,8 @@ for n in "${partial[@]}"; do
   tar czf "$OUT/through-$n.tgz" -C /tmp "through-$n"
 done
 [ ${#args[@]} -gt 0 ] && e2e "$OUT" "${args[@]}" "$@"
-(cd "$WORK" && tar czf "$OUT/server-logs.tgz" ./*.log)
+# the server and bench logs, also those of PAIRS copies (pair<i>/*.log)
+(cd "$WORK" && find . -maxdepth 2 -name '*.log' -print0 | xargs -0 tar czf "$OUT/server-logs.tgz")
 if [ -d "$WORK/profiles" ]; then  # e2e --profile-steps: the traces (one file back, < 16 MiB)
   (cd "$WORK" && tar czf "$OUT/profiles.tgz" profiles)
   [ "$(stat -c %s "$OUT/profiles.tgz")" -lt 15000000 ] || {

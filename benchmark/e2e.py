@@ -112,6 +112,9 @@ def build_parser():
     r.add_argument("--side-by-side", action="store_true",
                    help="start all of the call's servers at once on the one GPU and "
                         "measure them in turn, repeat by repeat")
+    r.add_argument("--port-base", type=int, default=30000,
+                   help="first port the servers try (runs at the same time on one "
+                        "machine need bases far apart, e.g. benchmark/pairs.py)")
     r.add_argument("--server-arg", action="append", default=[],
                    help="extra launch_server argument (repeatable, e.g. "
                    "--server-arg=--enable-metrics)")

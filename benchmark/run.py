@@ -256,7 +256,7 @@ def serve_group(st, a, group, target, draft, vocab):
     with contextlib.ExitStack() as stack:
         used = set()
         for i, m in enumerate(group):
-            port = free_port(30000 + 10 * len(st.server_starts) + 10 * i)
+            port = free_port(a.port_base + 10 * len(st.server_starts) + 10 * i)
             while port in used:
                 port = free_port(port + 1)
             used.add(port)

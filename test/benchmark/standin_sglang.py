@@ -37,7 +37,8 @@ LAUNCH_SERVER = textwrap.dedent('''
     def note(event):
         with journal_lock, open(journal, "a") as fh:
             fh.write(json.dumps({"t": time.time(), "port": port, "event": event,
-                                 "argv": argv}) + "\\n")
+                                 "argv": argv,
+                                 "gpus": os.environ.get("CUDA_VISIBLE_DEVICES")}) + "\\n")
 
     def step():
         with step_lock:
