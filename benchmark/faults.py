@@ -12,7 +12,15 @@ request bounded by the storm's deadline:
 - "complete": a streamed long generation read to its end.
 Per streamed request the time to its first byte (the first token); over the
 storm the longest time without a request's response ending (from the
-storm's start): a stall shows in both.
+storm's start) and the longest time in which no storm client got a byte
+from the server (a server that produces nothing for anyone, not only a long
+queue): a stall shows in all three.  Beside the clients, the scheduler's
+load (GET /v1/loads) once a second, and when it does not answer, whether
+the HTTP process alone does (GET /model_info).
+
+Rids are of one length: sglang's Scheduler.abort_request aborts every
+queued or running request whose rid starts with the rid it is given, so
+aborting "...-1" would also abort "...-10" to "...-19".
 """
 
 import http.client
@@ -33,6 +41,8 @@ KINDS = ("cut", "abort", "complete")
 RETRACT_LINE = "KV cache pool is full. Retract requests."
 RETRACTED = re.compile(r"#retracted_reqs: (\d+)")
 RANK = re.compile(r"\bTP(\d+)\b")
+LOADS_EVERY_S = 1.0
+LOADS_TIMEOUT_S = 5.0
 
 
 class Client:
@@ -44,6 +54,7 @@ class Client:
         self.outcome = None  # completed | disconnected | aborted | error
         self.error = None
         self.t0 = self.ttfb_s = self.end_t = None  # end_t: its response ended (server side)
+        self.arrivals = []  # when bytes of its response arrived
         self.abort_sent = False
 
     def payload(self, fake_bootstrap):
@@ -59,27 +70,61 @@ class Client:
 def make_clients(n, vocab, new_tokens, seed):
     rng = random.Random(seed)
     prompts = greedy.make_prompts(n, vocab, seed=seed + 1000)
+    width = len(str(max(n - 1, 0)))  # one length: no rid is a prefix of another
     return [Client(i, KINDS[i % 3], prompts[i], new_tokens, rng.uniform(0.05, 2.0),
-                   f"sglpatch-fault-{seed}-{i}") for i in range(n)]
+                   f"sglpatch-fault-{seed}-{i:0{width}d}") for i in range(n)]
 
 
 def _connect(port, client, fake_bootstrap, timeout):
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
     body = json.dumps(client.payload(fake_bootstrap)).encode()
     client.t0 = time.time()
-    conn.request("POST", "/generate", body, {"Content-Type": "application/json"})
-    sock = conn.sock  # the response takes it over when the server closes after it
-    return conn, sock, conn.getresponse()
+    try:
+        conn.request("POST", "/generate", body, {"Content-Type": "application/json"})
+        sock = conn.sock  # the response takes it over when the server closes after it
+        return conn, sock, conn.getresponse()
+    except BaseException:
+        conn.close()
+        raise
+
+
+def stream_end(done, last):
+    """The outcome of a stream the server ended, from its last data event
+    (bytes) and whether [DONE] came: "completed", or RuntimeError.  sglang
+    ends a stream it aborted (abort by rid, out of memory) like any other:
+    its finish_reason, then [DONE] (http_server.py, stream_results)."""
+    if not done or last is None:
+        raise RuntimeError(f"stream ended without [DONE]: {(last or b'')[-200:]!r}")
+    try:
+        out = json.loads(last)
+    except ValueError:
+        raise RuntimeError(f"last stream event is not JSON: {last[:200]!r}") from None
+    if "error" in out:
+        raise RuntimeError(f"stream error: {str(out['error'])[:200]}")
+    fin = (out.get("meta_info") or {}).get("finish_reason") or {}
+    if fin.get("type") == "abort":
+        raise RuntimeError(f"stream finished by an abort: {str(fin.get('message'))[:200]}")
+    if not fin:
+        raise RuntimeError("last stream event without a finish_reason")
+    return "completed"
 
 
 def _stream(port, c, fake_bootstrap, deadline):
-    """A streamed request: read until the cut ("cut") or its end ("complete")."""
-    conn, sock, resp = _connect(port, c, fake_bootstrap, max(deadline - time.time(), 0.1))
+    """A streamed request: read until the cut ("cut") or its end ("complete").
+    A cut is a cut whenever it comes, also before the response headers."""
+    stop = time.time() + c.delay_s if c.kind == "cut" else deadline
+    try:
+        conn, sock, resp = _connect(port, c, fake_bootstrap,
+                                    max(min(stop, deadline) - time.time(), 0.1))
+    except (socket.timeout, TimeoutError):
+        if c.kind != "cut":
+            raise
+        c.outcome = "disconnected"  # _connect closed the socket
+        return
     try:
         if resp.status != 200:
             raise RuntimeError(f"HTTP {resp.status}: {resp.read(300)!r}")
-        stop = c.t0 + c.delay_s if c.kind == "cut" else deadline
-        tail = b""
+        buf, last, done = b"", None, False
         while True:
             left = min(stop, deadline) - time.time()
             if left <= 0:
@@ -89,15 +134,20 @@ def _stream(port, c, fake_bootstrap, deadline):
                 data = resp.read1(65536)
             except (socket.timeout, TimeoutError):
                 break
+            now = time.time()
             if not data:
-                c.end_t = time.time()
-                if b"[DONE]" not in tail or b'"error"' in tail:
-                    raise RuntimeError(f"stream ended without [DONE]: {tail[-200:]!r}")
-                c.outcome = "completed"
+                c.end_t = now
+                c.outcome = stream_end(done, last)
                 return
+            c.arrivals.append(now)
             if c.ttfb_s is None:
-                c.ttfb_s = time.time() - c.t0
-            tail = (tail + data)[-400:]
+                c.ttfb_s = now - c.t0
+            *events, buf = (buf + data).split(b"\n\n")
+            for ev in events:
+                if ev == b"data: [DONE]":
+                    done = True
+                elif ev.startswith(b"data: "):
+                    last = ev[6:]
         if c.kind != "cut":
             raise TimeoutError("storm deadline before the stream ended")
         c.outcome = "disconnected"
@@ -156,23 +206,71 @@ def _run_client(port, c, fake_bootstrap, deadline):
         c.error = c.error or f"{c.kind} #{c.i}: {type(e).__name__}: {e}"[:300]
 
 
-def storm(port, clients, deadline_s, fake_bootstrap=False):
-    """Run all clients at once; returns the storm's summary fields."""
+def _get_json(port, path, timeout):
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    try:
+        conn.request("GET", path)
+        resp = conn.getresponse()
+        body = resp.read()
+        if resp.status != 200:
+            raise RuntimeError(f"HTTP {resp.status}")
+        return json.loads(body)
+    finally:
+        conn.close()
+
+
+def poll_loads(port, t0, stop, samples):
+    """Until `stop` is set, every LOADS_EVERY_S: [s since t0, s the scheduler
+    took to answer GET /v1/loads, running, waiting, used KV tokens] (summed
+    over DP ranks).  sglang's scheduler answers it between two batches, so a
+    scheduler stuck in one answers late or not at all; then the answer slot
+    says whether the HTTP process alone answers (GET /model_info): "http
+    only" or "no answer", and the counts are None."""
+    while not stop.is_set():
+        t = time.time()
+        try:
+            loads = _get_json(port, "/v1/loads", LOADS_TIMEOUT_S)["loads"]
+            samples.append([round(t - t0, 2), round(time.time() - t, 3),
+                            *(sum(x[k] for x in loads) for k in
+                              ("num_running_reqs", "num_waiting_reqs", "num_used_tokens"))])
+        except Exception:
+            try:
+                _get_json(port, "/model_info", LOADS_TIMEOUT_S)
+                who = "http only"
+            except Exception:
+                who = "no answer"
+            samples.append([round(t - t0, 2), who, None, None, None])
+        stop.wait(max(LOADS_EVERY_S - (time.time() - t), 0))
+
+
+def storm(port, clients, deadline_s, fake_bootstrap=False, loads=True):
+    """Run all clients at once (and, with `loads`, poll_loads beside them);
+    returns the storm's summary fields."""
     t0 = time.time()
     deadline = t0 + deadline_s
+    samples, stop = [], threading.Event()
+    poller = threading.Thread(target=poll_loads, args=(port, t0, stop, samples), daemon=True)
+    if loads:
+        poller.start()
     threads = [threading.Thread(target=_run_client, args=(port, c, fake_bootstrap, deadline),
                                 daemon=True) for c in clients]
     for th in threads:
         th.start()
     for th in threads:
         th.join(max(deadline + 5 - time.time(), 0))
+    t_end = time.time()
+    stop.set()
+    if loads:
+        poller.join(LOADS_TIMEOUT_S * 2 + 1)
     for c in clients:
         if c.outcome is None:
             c.outcome, c.error = "error", f"{c.kind} #{c.i}: still running at the storm deadline"
-    storm_s = time.time() - t0
     ends = sorted(c.end_t for c in clients if c.end_t is not None)
     errors = [c.error for c in clients if c.outcome == "error"]
     ttfb = [c.ttfb_s for c in clients if c.ttfb_s is not None]  # streamed requests
+    # server output any client saw; the storm's end closes the last gap
+    gap, a, b = gap_window([t0, t_end] + ends + [t for c in clients for t in c.arrivals])
+    answer_s = [x[1] for x in samples if not isinstance(x[1], str)]
     return {
         "clients": len(clients),
         "completed": sum(c.outcome == "completed" for c in clients),
@@ -181,19 +279,30 @@ def storm(port, clients, deadline_s, fake_bootstrap=False):
         "abort_requests_sent": sum(c.abort_sent for c in clients),
         "errors": len(errors),
         "error_messages": errors[:5],
-        "storm_s": round(storm_s, 3),
+        "storm_s": round(t_end - t0, 3),
         "max_silence_s": round(max_gap([t0] + ends), 3),
+        "max_output_gap_s": round(gap, 3),
+        "output_gap_window_s": [round(a - t0, 2), round(b - t0, 2)],
         "max_ttfb_s": round(max(ttfb), 3) if ttfb else None,
         "median_ttfb_s": round(statistics.median(ttfb), 3) if ttfb else None,
         "streams_cut_before_first_byte": sum(c.outcome == "disconnected" and c.ttfb_s is None
                                              for c in clients),
+        "loads_max_answer_s": max(answer_s) if answer_s else None,
+        "loads_unanswered": len(samples) - len(answer_s),
+        "loads": samples if loads else None,
     }
 
 
 def max_gap(times):
     """Longest time between consecutive instants (0 for fewer than two)."""
+    return gap_window(times)[0]
+
+
+def gap_window(times):
+    """(longest time between consecutive instants, its start, its end);
+    (0.0, None, None) for fewer than two instants."""
     times = sorted(times)
-    return max((b - a for a, b in zip(times, times[1:])), default=0.0)
+    return max(((b - a, a, b) for a, b in zip(times, times[1:])), default=(0.0, None, None))
 
 
 def count_retractions(log_path):

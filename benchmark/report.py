@@ -148,7 +148,9 @@ FAULT_COLUMNS = (
     ("clients", "clients"), ("completed", "completed"), ("disconnected", "disconnected"),
     ("aborted", "aborted"), ("errors", "errors"), ("off chain during", "prompts_off_chain_during"),
     ("off chain after", "prompts_off_chain_after"), ("retractions", "retractions"),
-    ("storm s", "storm_s"), ("max silence s", "max_silence_s"), ("max TTFB s", "max_ttfb_s"),
+    ("storm s", "storm_s"), ("max silence s", "max_silence_s"),
+    ("max output gap s", "max_output_gap_s"), ("max TTFB s", "max_ttfb_s"),
+    ("loads unanswered", "loads_unanswered"),
     ("idle s", "idle_s"), ("alive", "alive"), ("call", "call"),
 )
 
@@ -159,8 +161,10 @@ def faults_section(data):
            "Per server (`--faults`): a storm of clients (a third cut mid-stream, a third "
            "aborted by rid, a third complete) with a greedy check through it, then an idle "
            "pause and a last greedy check; off chain = greedy prompts off the constructed "
-           "chain; max silence = longest time without a storm response ending; TTFB = a "
-           "streamed request's time to its first byte.", "",
+           "chain; max silence = longest time without a storm response ending; max output "
+           "gap = longest time no storm client got a byte from the server; TTFB = a "
+           "streamed request's time to its first byte; loads unanswered = polls of "
+           "/v1/loads (one a second) the scheduler did not answer.", "",
            table(["setting"] + [h for h, _ in FAULT_COLUMNS], rows)]
     msgs = [f"{setting(f)}: {m}" for f in data["faults"]
             for m in f.get("error_messages", []) + f.get("greedy_errors", [])]

@@ -347,8 +347,10 @@ def fault_check(st, a, m, vocab):
         out = {"clients": len(clients), "errors": 1, "error_messages": ["storm did not end"]}
     st.log(f"  {m.tag}: fault storm {out.get('storm_s')}s: completed {out.get('completed')}, "
            f"disconnected {out.get('disconnected')}, aborted {out.get('aborted')}, errors "
-           f"{out.get('errors')}, max silence {out.get('max_silence_s')}s, max ttfb "
-           f"{out.get('max_ttfb_s')}s; greedy during: {during} off chain")
+           f"{out.get('errors')}, max silence {out.get('max_silence_s')}s, max output gap "
+           f"{out.get('max_output_gap_s')}s at {out.get('output_gap_window_s')}, max ttfb "
+           f"{out.get('max_ttfb_s')}s, /v1/loads slowest {out.get('loads_max_answer_s')}s "
+           f"({out.get('loads_unanswered')} unanswered); greedy during: {during} off chain")
     time.sleep(a.fault_idle_s)
     after, err_after = greedy_off_chain(st, a, m, "after the idle pause")
     alive, health = m.srv.alive()

@@ -6,7 +6,10 @@ not; /abort_request; /health; /get_server_info; /start_profile) and
 `sglang.bench_serving` (writes the result line bench_serving writes).  Each
 records what it did in a shared journal (FAKE_JOURNAL), so a test can check
 the order of events and count what the server saw.  Greedy output: the
-prompt's last id + 1, + 2, ... (the chain f(t) = t + 1).  Environment:
+prompt's last id + 1, + 2, ... (the chain f(t) = t + 1).  Like sglang's
+scheduler, /abort_request aborts every request whose rid starts with the
+given rid, streamed or not; an aborted stream ends with an abort
+finish_reason and [DONE]; /v1/loads answers between two steps.  Environment:
 FAKE_TOKEN_S, seconds per generated token (all requests step under one
 lock, like one scheduler); FAKE_STALL_S, the whole server stalls that long
 when the first streamed request arrives.
@@ -32,6 +35,7 @@ LAUNCH_SERVER = textwrap.dedent('''
     stall_s = float(os.environ.get("FAKE_STALL_S") or 0)
     step_lock = threading.Lock()  # one scheduler: a stall holds it
     aborted = set()
+    running = []  # rids generating now
     journal_lock = threading.Lock()
 
     def note(event):
@@ -39,6 +43,9 @@ LAUNCH_SERVER = textwrap.dedent('''
             fh.write(json.dumps({"t": time.time(), "port": port, "event": event,
                                  "argv": argv,
                                  "gpus": os.environ.get("CUDA_VISIBLE_DEVICES")}) + "\\n")
+
+    def is_aborted(rid):  # sglang: req.rid.startswith(recv_req.rid)
+        return rid is not None and any(rid.startswith(a) for a in list(aborted))
 
     def step():
         with step_lock:
@@ -69,8 +76,13 @@ LAUNCH_SERVER = textwrap.dedent('''
             self.wfile.write(body)
 
         def do_GET(self):
-            if self.path == "/health":
+            if self.path in ("/health", "/model_info"):
                 return self._send({})
+            if self.path == "/v1/loads":
+                with step_lock:  # the scheduler answers between two steps
+                    n = len(running)
+                return self._send({"loads": [{"num_running_reqs": n, "num_waiting_reqs": 0,
+                                              "num_used_tokens": 10 * n}]})
             self._send({"internal_states": [{"avg_spec_accept_length": 2.5 if spec else None}]})
 
         def do_POST(self):
@@ -94,14 +106,16 @@ LAUNCH_SERVER = textwrap.dedent('''
                 return self._stream(req, ids, k)
             outs = [[] for _ in batch]
             reason = {"type": "length", "length": k}
+            running.append(req.get("rid"))
             for i in range(k):
-                if req.get("rid") in aborted:
+                if is_aborted(req.get("rid")):
                     note({"aborted_generation": req["rid"]})
                     reason = {"type": "abort", "message": "Abort in the stand-in"}
                     break
                 step()
                 for p, out in zip(batch, outs):
                     out.append(p[-1] + i + 1)
+            running.remove(req.get("rid"))
             # same output with and without spec
             outs = [{"output_ids": out,
                      "meta_info": {"completion_tokens": len(out), "finish_reason": reason,
@@ -115,17 +129,29 @@ LAUNCH_SERVER = textwrap.dedent('''
             self.end_headers()
             if stall_s:
                 stall_once()
+            rid, fin = req.get("rid"), None
+            running.append(rid)
             try:
                 for i in range(k):
                     step()
-                    chunk = {"output_ids": [prompt[-1] + i + 1], "meta_info": {}}
+                    fin = None
+                    if is_aborted(rid):
+                        fin = {"type": "abort", "message": "Abort in the stand-in"}
+                    elif i == k - 1:
+                        fin = {"type": "length", "length": k}
+                    chunk = {"output_ids": [prompt[-1] + i + 1],
+                             "meta_info": {"finish_reason": fin}}
                     self.wfile.write(b"data: " + json.dumps(chunk).encode() + b"\\n\\n")
                     self.wfile.flush()
+                    if fin:
+                        break
                 self.wfile.write(b"data: [DONE]\\n\\n")
                 self.wfile.flush()
-                note({"stream_done": req.get("rid")})
+                note({("stream_aborted" if fin and fin["type"] == "abort" else "stream_done"): rid})
             except (BrokenPipeError, ConnectionResetError):
-                note({"stream_cut": req.get("rid")})
+                note({"stream_cut": rid})
+            finally:
+                running.remove(rid)
 
     def write_trace(req):
         # like sglang: the trace appears once num_steps forwards have run.

@@ -1,11 +1,15 @@
 """CPU tests of `e2e.py run --faults` against the stand-in sglang
 (standin_sglang.py): the storm's counts in the results file match what the
-stand-in saw, and a stall of the server shows in max_silence_s and
-max_ttfb_s."""
+stand-in saw (which, like sglang, aborts every rid that starts with the rid
+it is given), and a stall of the server shows in max_silence_s,
+max_output_gap_s, max_ttfb_s and the load polls."""
 
 import collections
 import os
+import socket
 import sys
+import threading
+import time
 
 import pytest
 
@@ -44,10 +48,13 @@ def test_fault_storm_counts_match_what_the_server_saw(tmp_path):
         assert len(_seen(events, port, "aborted_generation")) == f["aborted"]
         assert len(_seen(events, port, "stream_cut")) == f["disconnected"]
         assert len(_seen(events, port, "stream_done")) == f["completed"]
+        assert _seen(events, port, "stream_aborted") == []  # no rid aborted by another's
         assert f["prompts_off_chain_during"] == f["prompts_off_chain_after"] == 0
         assert f["greedy_prompts"] == 3 and f["alive"] is True and f["health_status"] == 200
         assert f["retractions"] == 0 and f["idle_s"] == 0.3
         assert f["max_ttfb_s"] < 1.0 and f["storm_s"] >= 2.5  # no stall: first tokens at once
+        assert f["max_output_gap_s"] < 1.0
+        assert f["loads"] and f["loads_unanswered"] == 0 and f["loads_max_answer_s"] < 1.0
     # side by side: the second storm starts after the first ended
     assert recs[0]["variant"] != recs[1]["variant"]
 
@@ -67,6 +74,9 @@ def test_a_stalled_server_shows_in_silence_and_first_byte(tmp_path):
     assert list(stalls.values()) == [1]  # once, at the storm's first stream
     for f in data["faults"]:
         assert f["max_silence_s"] >= 1.5 and f["max_ttfb_s"] >= 1.5
+        assert f["max_output_gap_s"] >= 1.4  # nothing reached any client
+        assert f["output_gap_window_s"][0] < 0.5  # from the storm's start
+        assert f["loads_max_answer_s"] >= 0.3  # the scheduler answered late, between steps
         assert f["median_ttfb_s"] >= 1.0  # not one slow request: all waited
         assert f["errors"] == 0 and f["alive"] is True
         assert f["prompts_off_chain_during"] == 0
@@ -89,6 +99,45 @@ def test_retractions_are_counted_from_rank_0s_log_lines(tmp_path):
 def test_max_gap():
     assert faults.max_gap([]) == 0.0 and faults.max_gap([3.0]) == 0.0
     assert faults.max_gap([0.0, 4.0, 1.0]) == 3.0
+    assert faults.gap_window([0.0, 4.0, 1.0]) == (3.0, 1.0, 4.0)
+
+
+def test_no_storm_rid_is_a_prefix_of_another():
+    # sglang 0.5.12.post1 Scheduler.abort_request: req.rid.startswith(recv_req.rid);
+    # "...-1" would abort "...-10" to "...-19" as well
+    for n in (12, 64, 1000):
+        rids = [c.rid for c in faults.make_clients(n, 50, 8, seed=1)]
+        assert len(set(rids)) == n
+        assert not [(a, b) for a in rids for b in rids if a != b and b.startswith(a)]
+
+
+def test_a_stream_is_completed_only_by_a_finish_that_is_not_an_abort():
+    end = b'{"output_ids": [5], "meta_info": {"finish_reason": %s}}'
+    assert faults.stream_end(True, end % b'{"type": "length", "length": 8}') == "completed"
+    with pytest.raises(RuntimeError, match="finished by an abort: Abort in waiting queue"):
+        faults.stream_end(True, end % b'{"type": "abort", "message": "Abort in waiting queue"}')
+    with pytest.raises(RuntimeError, match="without a finish_reason"):
+        faults.stream_end(True, end % b"null")
+    with pytest.raises(RuntimeError, match="stream error"):
+        faults.stream_end(True, b'{"error": {"message": "x"}}')
+    with pytest.raises(RuntimeError, match=r"without \[DONE\]"):
+        faults.stream_end(False, end % b'{"type": "length", "length": 8}')
+
+
+def test_a_cut_comes_on_time_also_before_the_response_headers():
+    # a server that accepts and never answers: the client still goes away
+    # after its delay, not at the storm's deadline
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(4)
+    held = []
+    threading.Thread(target=lambda: held.append(srv.accept()), daemon=True).start()
+    c = faults.Client(0, "cut", [5, 6], 8, 0.2, "sglpatch-fault-1-0")
+    t = time.time()
+    faults._run_client(srv.getsockname()[1], c, False, time.time() + 5)
+    assert (c.outcome, c.error, c.ttfb_s) == ("disconnected", None, None)
+    assert time.time() - t < 2
+    srv.close()
 
 
 FAULT = {"variant": "patched", "attention_backend": "triton", "speculative": "EAGLE3",
