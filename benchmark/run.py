@@ -303,14 +303,20 @@ def greedy_check(st, a, m):
                                fake_bootstrap=a.disaggregation_decode)
     st.greedy_out[m.greedy_key] = ids
     st.greedy_meta[m.greedy_key] = acc
-    state = m.srv.internal_state()
-    counts = {k: state[k] for k in ("seq_lens_truth_checks", "seq_lens_truth_violations")
-              if k in state}  # SGLANG_DEBUG_CHECK_SEQ_LENS_TRUTH=1, patched builds
+    counts = truth_counts(m)
     if counts:
         st.greedy_debug[m.greedy_key] = counts
         st.log(f"  {m.tag}: seq_lens truth check {counts}")
     st.log(f"  {m.tag}: greedy {len(ids)}x{a.greedy_new_tokens} in {time.time() - t0:.1f}s"
            f", accept length {acc}")
+
+
+def truth_counts(m):
+    """The server's seq_lens truth-check counts since its start, {} when it
+    keeps none (SGLANG_DEBUG_CHECK_SEQ_LENS_TRUTH=1 on a patched build)."""
+    state = m.srv.internal_state()
+    return {k: state[k] for k in ("seq_lens_truth_checks", "seq_lens_truth_violations")
+            if k in state}
 
 
 def greedy_off_chain(st, a, m, what):
@@ -363,7 +369,9 @@ def fault_check(st, a, m, vocab):
              "greedy_errors": [e for e in (err_during, err_after) if e],
              "idle_s": a.fault_idle_s, "alive": alive, "health_status": health,
              "retractions": retract_lines, "retracted_requests": retracted,
-             "new_tokens": a.fault_new_tokens, "check_s": round(time.time() - t0, 1)}
+             "new_tokens": a.fault_new_tokens, "check_s": round(time.time() - t0, 1),
+             # since the server started: the greedy checks, the storm and the idle pause
+             **truth_counts(m)}
     st.faults.append(entry)
     st.log(f"  {m.tag}: after {a.fault_idle_s:g}s idle: greedy {after} off chain, alive "
            f"{alive} (/health {health}), retractions {retract_lines} ({retracted} requests)")

@@ -47,9 +47,11 @@ LAUNCH_SERVER = textwrap.dedent('''
     def is_aborted(rid):  # sglang: req.rid.startswith(recv_req.rid)
         return rid is not None and any(rid.startswith(a) for a in list(aborted))
 
+    steps_done = [0]  # tokens generated, all requests
+
     def step():
         with step_lock:
-            pass
+            steps_done[0] += 1
         if token_s:
             time.sleep(token_s)
 
@@ -83,7 +85,12 @@ LAUNCH_SERVER = textwrap.dedent('''
                     n = len(running)
                 return self._send({"loads": [{"num_running_reqs": n, "num_waiting_reqs": 0,
                                               "num_used_tokens": 10 * n}]})
-            self._send({"internal_states": [{"avg_spec_accept_length": 2.5 if spec else None}]})
+            state = {"avg_spec_accept_length": 2.5 if spec else None}
+            if os.environ.get("FAKE_TRUTH"):  # a patched server with the truth check on
+                with journal_lock:
+                    state.update(seq_lens_truth_checks=steps_done[0],
+                                 seq_lens_truth_violations=0)
+            self._send({"internal_states": [state]})
 
         def do_POST(self):
             n = int(self.headers.get("Content-Length") or 0)

@@ -59,6 +59,18 @@ def test_fault_storm_counts_match_what_the_server_saw(tmp_path):
     assert recs[0]["variant"] != recs[1]["variant"]
 
 
+def test_fault_record_carries_the_truth_counts_of_the_whole_check(tmp_path):
+    # a server that keeps truth-check counts (patched, switch on): the fault
+    # record holds them as read after the storm and the idle pause, so they
+    # cover more than the greedy check before the storm
+    _, data = run_e2e(tmp_path, *FAULTS, env={"FAKE_TOKEN_S": "0.001", "FAKE_TRUTH": "1"},
+                      token_map=True)
+    greedy_checks = {g["variant"]: g["seq_lens_truth_checks"] for g in data["greedy_runs"]}
+    for f in data["faults"]:
+        assert f["seq_lens_truth_violations"] == 0
+        assert f["seq_lens_truth_checks"] > greedy_checks[f["variant"]] > 0
+
+
 def test_a_stalled_server_shows_in_silence_and_first_byte(tmp_path):
     # and a disaggregated decode server: every storm request carries the fake
     # transfer's bootstrap host, the greedy prompts are checked on their own chain
