@@ -12,6 +12,10 @@
 #     and 0002 only) is a site with the series' first patches applied; it runs
 #     first, as its own e2e run (variant name "patched", so its numbers never
 #     mix with the full series) -> through-NNNN.tgz
+#   - HOST_TIME=1: every build under test loads the host-time probe
+#     (benchmark/probes/host_time.py: host wall time per scheduler iteration,
+#     by function, per rank) -> host-time.tgz and a side-by-side table in
+#     compare.log; its numbers carry the probe's cost, in every build alike
 #   - INSTALL_ONLY=1: install the sites and stop
 #   - SIDE_BY_SIDE=K: the K servers of the call run at the same time and are
 #     measured in turn (e2e --side-by-side), each with a fixed KV pool
@@ -58,6 +62,20 @@ done
 # INSTALL_ONLY=1: only put the sites on the machine (the other kit comes in
 # the next call, as both kits together exceed what one call can send)
 [ "$INSTALL_ONLY" = 1 ] && { log "installed only"; exit 0; }
+if [ "$HOST_TIME" = 1 ]; then
+  rm -rf /tmp/probe-host && mkdir -p /tmp/probe-host
+  for i in "${!args[@]}"; do
+    case ${args[$i]} in
+      *=/tmp/s[bpu])  # a hard-linked copy of the site, with the probe beside it
+        site=${args[$i]#*=}
+        rm -rf "$site-probe" && cp -al "$site" "$site-probe" || exit 4
+        cp benchmark/probes/sitecustomize.py benchmark/probes/host_time.py "$site-probe/"
+        args[$i]=${args[$i]}-probe ;;
+    esac
+  done
+  export SGLPATCH_PROBE_DIR=/tmp/probe-host SGLPATCH_HOST_TIME=1
+  log "host-time probe in: ${args[*]}"
+fi
 SITE0=$(ls -d /tmp/sb /tmp/su 2>/dev/null | head -1)
 export PYTHONPATH=$SITE0  # the harness itself needs the kit's tokenizers
 
@@ -106,6 +124,10 @@ for n in "${partial[@]}"; do
   tar czf "$OUT/through-$n.tgz" -C /tmp "through-$n"
 done
 [ ${#args[@]} -gt 0 ] && e2e "$OUT" "${args[@]}" "$@"
+if [ "$HOST_TIME" = 1 ]; then
+  tar czf "$OUT/host-time.tgz" -C /tmp probe-host
+  python3 benchmark/probes/host_time.py /tmp/probe-host >> "$OUT/compare.log" 2>&1
+fi
 # the server and bench logs, also those of PAIRS copies (pair<i>/*.log)
 (cd "$WORK" && find . -maxdepth 2 -name '*.log' -print0 | xargs -0 tar czf "$OUT/server-logs.tgz")
 if [ -d "$WORK/profiles" ]; then  # e2e --profile-steps: the traces (one file back, < 16 MiB)

@@ -144,7 +144,12 @@ def deployment_fields(a):
 def debug_env():
     """The sglang debug switches set for this run's servers (they change
     timings: a run with any of them measures correctness, not speed)."""
-    return {k: v for k, v in sorted(os.environ.items()) if k.startswith("SGLANG_DEBUG_")}
+    return {k: v for k, v in sorted(os.environ.items())
+            if k.startswith("SGLANG_DEBUG_") or k in PROBE_SWITCHES}
+
+
+# the project's probes (benchmark/probes/) that time or trace the servers
+PROBE_SWITCHES = ("SGLPATCH_HOST_TIME", "SGLPATCH_SYNC_TRACE")
 
 
 def server_extra_args(a):

@@ -25,6 +25,9 @@ synchronizes; an event `synchronize()` (the scheduler's wait for the last
 result) is not flagged. Tracing costs a stack walk per sync: never measure
 latency with it on.
 
+With SGLPATCH_HOST_TIME=1 it also loads host_time.py (copy it beside this
+file): host wall time per scheduler iteration, by function, per rank.
+
 Without SGLPATCH_PROBE_DIR it does nothing. Benchmark runs do not install it.
 """
 
@@ -67,9 +70,9 @@ def _instrument(module):
                 _counts["cpu_mirror_none"] += 1
             _dump()  # the server is killed, not exited: keep the file current
 
-    def _pull_seq_lens_cpu(self, batch, new_seq_lens):
+    def _pull_seq_lens_cpu(self, *args, **kwargs):
         _counts["host_pulls"] += 1
-        return pull(self, batch, new_seq_lens)
+        return pull(self, *args, **kwargs)
 
     future_map.resolve_seq_lens_cpu = resolve_seq_lens_cpu
     future_map._pull_seq_lens_cpu = _pull_seq_lens_cpu
@@ -159,7 +162,7 @@ def _instrument_scheduler(module):
     atexit.register(lambda: trace.on and trace.dump())
 
 
-_HOOKS = {_TARGET: _instrument}
+_HOOKS = {_TARGET: [_instrument]}  # module -> hooks run once it has loaded
 
 
 class _AfterImport(importlib.abc.MetaPathFinder):
@@ -174,7 +177,8 @@ class _AfterImport(importlib.abc.MetaPathFinder):
 
         def exec_then_instrument(module):
             exec_module(module)
-            hook(module)
+            for h in hook:
+                h(module)
 
         spec.loader.exec_module = exec_then_instrument
         return spec
@@ -183,5 +187,11 @@ class _AfterImport(importlib.abc.MetaPathFinder):
 if _DIR:
     os.makedirs(_DIR, exist_ok=True)
     if os.environ.get("SGLPATCH_SYNC_TRACE") == "1":
-        _HOOKS[_SCHEDULER] = _instrument_scheduler
+        _HOOKS.setdefault(_SCHEDULER, []).append(_instrument_scheduler)
+    if os.environ.get("SGLPATCH_HOST_TIME") == "1":
+        # host_time.py sits beside this file in the site under test
+        import host_time
+
+        for name, hook in host_time.hooks(_DIR).items():
+            _HOOKS.setdefault(name, []).append(hook)
     sys.meta_path.insert(0, _AfterImport())

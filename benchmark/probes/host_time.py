@@ -1,0 +1,239 @@
+"""Probe: host wall time of each scheduler iteration, by function, per rank.
+
+Loaded by sitecustomize.py (same folder) when SGLPATCH_HOST_TIME=1 and
+SGLPATCH_PROBE_DIR are set; copy both files into the site of every build
+under test (base and patched alike: the targets that a build lacks are
+skipped). It wraps the functions in TARGETS with a wall-clock timer and cuts
+the scheduler's time into iterations, one per `Scheduler.run_batch` call (an
+iteration runs from one call's start to the next's). Decode iterations after
+the first SGLPATCH_HOST_SKIP (200) are kept, grouped by batch size, and
+`<pid>-host.json` holds, per batch size:
+
+    iterations                 how many were kept
+    iteration_us               mean wall time of one iteration
+    functions                  {"Class.method": [calls, us] per iteration}
+
+Times are inclusive (a caller's time contains its callees'). A TP server
+has one scheduler per rank, each writes its own file with its `rank`. When
+the host is the bottleneck (TP > 1 on the small model: the GPU idles most of
+each step), the build whose iteration is longer is the slower build, and the
+functions whose time differs say where.
+
+`python3 host_time.py DIR...` prints the files under DIR side by side.
+
+Each timer costs about a microsecond per call in every build alike; compare
+builds with the probe in both, never with a run without it.
+"""
+
+import functools
+import glob
+import json
+import os
+import sys
+import time
+
+TARGETS = {
+    "sglang.srt.managers.scheduler": [
+        "Scheduler.recv_requests", "Scheduler.process_input_requests",
+        "Scheduler.get_next_batch_to_run", "Scheduler.update_running_batch",
+        "Scheduler.run_batch", "Scheduler.process_batch_result",
+        "Scheduler.record_batch_in_overlap", "broadcast_pyobj"],
+    "sglang.srt.managers.scheduler_output_processor_mixin": [
+        "SchedulerOutputProcessorMixin.process_batch_result_decode"],
+    "sglang.srt.managers.schedule_batch": [
+        "ScheduleBatch.prepare_for_decode", "ScheduleBatch.filter_batch",
+        "ScheduleBatch.merge_batch", "ScheduleBatch.get_model_worker_batch"],
+    "sglang.srt.managers.overlap_utils": [
+        "FutureMap.alloc_future_indices", "FutureMap.resolve_future",
+        "FutureMap.store_to_map", "FutureMap.stash_batch_result", "FutureMap.publish",
+        "FutureMap.resolve_seq_lens_cpu", "FutureMap.set_input_ids_sentinel"],
+    "sglang.srt.managers.tp_worker": ["TpModelWorker.forward_batch_generation"],
+    "sglang.srt.speculative.eagle_worker_v2": [
+        "EAGLEWorkerV2.forward_batch_generation", "EAGLEWorkerV2.verify",
+        "EagleDraftWorker.draft", "EagleDraftWorker._draft_extend_for_decode"],
+    "sglang.srt.speculative.eagle_info_v2": [
+        "EagleDraftInputV2Mixin.prepare_for_decode",
+        "EagleDraftInputV2Mixin.prepare_for_v2_draft",
+        "EagleDraftInputV2Mixin.prepare_for_extend_to_fill_draft_kvcache",
+        "EagleVerifyInputV2Mixin.prepare_for_v2_verify", "EagleVerifyInputV2Mixin.sample"],
+    "sglang.srt.speculative.spec_utils": ["assign_req_to_token_pool_func"],
+    "sglang.srt.model_executor.forward_batch_info": ["ForwardBatch.init_new"],
+    "sglang.srt.model_executor.model_runner": ["ModelRunner.forward"],
+    "sglang.srt.model_executor.cuda_graph_runner": [
+        "CudaGraphRunner.replay", "CudaGraphRunner.replay_prepare"],
+    "sglang.srt.speculative.eagle_draft_cuda_graph_runner": ["EAGLEDraftCudaGraphRunner.replay"],
+    "sglang.srt.speculative.eagle_draft_extend_cuda_graph_runner": [
+        "EAGLEDraftExtendCudaGraphRunner.replay"],
+    "sglang.srt.layers.attention.triton_backend": [
+        "TritonAttnBackend.init_forward_metadata_replay_cuda_graph",
+        "TritonMultiStepDraftBackend.init_forward_metadata_replay_cuda_graph"],
+}
+ITERATION = "Scheduler.run_batch"  # its calls cut the time into iterations
+
+
+class HostTimes:
+    """Per-iteration accumulation; one per process."""
+
+    def __init__(self, out_dir, skip, dump_every=200, clock=time.perf_counter_ns):
+        self.out_dir, self.skip, self.dump_every, self.clock = out_dir, skip, dump_every, clock
+        self.rank = None
+        self.current = {}  # name -> [calls, ns] of the open iteration
+        self.open_bs = None  # batch size of the open iteration; None: not kept
+        self.open_t = None
+        self.decode_seen = 0
+        self.buckets = {}  # bs -> {"iterations", "ns", "functions": name -> [calls, ns]}
+        self.closed = 0
+
+    def add(self, name, ns):
+        entry = self.current.get(name)
+        if entry is None:
+            self.current[name] = [1, ns]
+        else:
+            entry[0] += 1
+            entry[1] += ns
+
+    def new_iteration(self, batch, rank=None):
+        """At a run_batch call: close the open iteration, open this one."""
+        now = self.clock()
+        if rank is not None:
+            self.rank = rank
+        if self.open_bs is not None:
+            b = self.buckets.setdefault(self.open_bs, {"iterations": 0, "ns": 0, "functions": {}})
+            b["iterations"] += 1
+            b["ns"] += now - self.open_t
+            for name, (calls, ns) in self.current.items():
+                f = b["functions"].setdefault(name, [0, 0])
+                f[0] += calls
+                f[1] += ns
+            self.closed += 1
+            if self.closed % self.dump_every == 0:
+                self.dump()  # the server is killed, not exited: keep the file current
+        self.current = {}
+        mode = getattr(batch, "forward_mode", None)
+        decode = bool(mode is not None and mode.is_decode())
+        self.decode_seen += decode
+        keep = decode and self.decode_seen > self.skip
+        self.open_bs = len(batch.reqs) if keep else None
+        self.open_t = now
+
+    def report(self):
+        out = {"pid": os.getpid(), "rank": self.rank, "build": _build(), "by_batch_size": {}}
+        for bs, b in sorted(self.buckets.items()):
+            n = b["iterations"]
+            out["by_batch_size"][str(bs)] = {
+                "iterations": n,
+                "iteration_us": round(b["ns"] / n / 1e3, 1),
+                "functions": {name: [round(c / n, 2), round(ns / n / 1e3, 1)]
+                              for name, (c, ns) in sorted(b["functions"].items())},
+            }
+        return out
+
+    def dump(self):
+        path = os.path.join(self.out_dir, f"{os.getpid()}-host.json")
+        with open(path + ".tmp", "w") as f:
+            json.dump(self.report(), f, indent=1)
+        os.replace(path + ".tmp", path)
+
+
+def _build():
+    """The site the sglang under test was imported from (tells builds apart)."""
+    mod = sys.modules.get("sglang")
+    path = getattr(mod, "__file__", None) or ""
+    return os.path.dirname(os.path.dirname(path))
+
+
+def _timed(fn, name, times, iteration=False):
+    clock = times.clock
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        if iteration:  # Scheduler.run_batch(self, batch, ...)
+            times.new_iteration(args[1], getattr(args[0], "tp_rank", None))
+        t0 = clock()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            times.add(name, clock() - t0)
+
+    return wrapper
+
+
+def instrument(module, names, times):
+    """Wrap `names` ("Class.method" or "function") of a loaded module; the
+    ones the module lacks are skipped. Returns the names wrapped."""
+    done = []
+    for name in names:
+        owner_name, _, attr = name.rpartition(".")
+        owner = getattr(module, owner_name, None) if owner_name else module
+        if owner is None:
+            continue
+        raw = owner.__dict__.get(attr) if isinstance(owner, type) else getattr(owner, attr, None)
+        if raw is None:
+            continue
+        if isinstance(raw, classmethod):
+            wrapped = classmethod(_timed(raw.__func__, name, times))
+        elif isinstance(raw, staticmethod):
+            wrapped = staticmethod(_timed(raw.__func__, name, times))
+        elif callable(raw):
+            wrapped = _timed(raw, name, times, iteration=name == ITERATION)
+        else:
+            continue
+        setattr(owner, attr, wrapped)
+        done.append(name)
+    return done
+
+
+def hooks(out_dir):
+    """{module name: hook(module)} for sitecustomize's import hook."""
+    times = HostTimes(out_dir, int(os.environ.get("SGLPATCH_HOST_SKIP", "200")))
+    import atexit
+
+    atexit.register(lambda: times.buckets and times.dump())
+    return {mod: functools.partial(lambda m, names: instrument(m, names, times), names=names)
+            for mod, names in TARGETS.items()}
+
+
+# ---------------------------------------------------------------------------
+def load(dirs):
+    reports = []
+    for d in dirs:
+        for path in sorted(glob.glob(os.path.join(d, "**", "*-host.json"), recursive=True)):
+            with open(path) as f:
+                r = json.load(f)
+            if r.get("by_batch_size"):
+                reports.append(r)
+    return reports
+
+
+def table(reports, min_us=5.0):
+    """Markdown: per batch size and rank, each build's iteration time and the
+    functions that take >= min_us in any build."""
+    lines = []
+    builds = sorted({r["build"] for r in reports})
+    keys = sorted({(int(bs), r["rank"]) for r in reports for bs in r["by_batch_size"]},
+                  key=lambda k: (k[0], k[1] if k[1] is not None else -1))
+    for bs, rank in keys:
+        rows = {r["build"]: r["by_batch_size"].get(str(bs)) for r in reports
+                if r["rank"] == rank and str(bs) in r["by_batch_size"]}
+        if not rows:
+            continue
+        lines.append(f"\n### batch size {bs}, rank {rank}\n")
+        lines.append("| function | " + " | ".join(f"{os.path.basename(b)} calls / us"
+                                                  for b in builds) + " |")
+        lines.append("|---|" + "---|" * len(builds))
+        cells = [f"{rows[b]['iterations']} it, {rows[b]['iteration_us']} us" if rows.get(b)
+                 else "—" for b in builds]
+        lines.append("| (iteration) | " + " | ".join(cells) + " |")
+        names = sorted({n for row in rows.values() if row for n, (c, us) in
+                        row["functions"].items() if us >= min_us})
+        for n in names:
+            cells = []
+            for b in builds:
+                f = (rows.get(b) or {}).get("functions", {}).get(n)
+                cells.append(f"{f[0]:g} / {f[1]:g}" if f else "—")
+            lines.append(f"| {n} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(table(load(sys.argv[1:] or ["."])))

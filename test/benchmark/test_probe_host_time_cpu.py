@@ -1,0 +1,139 @@
+"""CPU tests of the host-time probe (benchmark/probes/host_time.py): the
+scheduler's time is cut into iterations at each run_batch call, decode
+iterations after the skip are kept per batch size with the wrapped
+functions' calls and time, methods, classmethods and module functions are
+wrapped, and a build that lacks a target is left alone."""
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import types
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+PROBES = os.path.join(REPO, "benchmark", "probes")
+sys.path.insert(0, PROBES)
+import host_time  # noqa: E402
+
+
+class Clock:
+    """A clock the test advances: 1 us per tick() call."""
+
+    def __init__(self):
+        self.ns = 0
+
+    def __call__(self):
+        return self.ns
+
+    def tick(self, us):
+        self.ns += int(us * 1000)
+
+
+def fake_sglang(clock):
+    sched = types.ModuleType("fake_scheduler")
+
+    class Scheduler:
+        tp_rank = 1
+
+        def run_batch(self, batch):
+            clock.tick(30)
+            return self.helper()
+
+        def helper(self):
+            clock.tick(5)
+            return "result"
+
+        def recv_requests(self):
+            clock.tick(100)
+
+    def broadcast_pyobj(x):
+        clock.tick(7)
+        return x
+
+    sched.Scheduler, sched.broadcast_pyobj = Scheduler, broadcast_pyobj
+
+    fbi = types.ModuleType("fake_forward_batch_info")
+
+    class ForwardBatch:
+        @classmethod
+        def init_new(cls, batch):
+            clock.tick(11)
+            return cls()
+
+    fbi.ForwardBatch = ForwardBatch
+    return sched, fbi
+
+
+def batch(bs, decode=True):
+    return types.SimpleNamespace(reqs=[object()] * bs,
+                                 forward_mode=types.SimpleNamespace(is_decode=lambda: decode))
+
+
+def test_iterations_by_batch_size_with_inclusive_function_times(tmp_path):
+    clock = Clock()
+    times = host_time.HostTimes(str(tmp_path), skip=1, dump_every=1000, clock=clock)
+    sched, fbi = fake_sglang(clock)
+    wrapped = host_time.instrument(
+        sched, ["Scheduler.run_batch", "Scheduler.recv_requests", "broadcast_pyobj",
+                "Scheduler.not_in_this_build", "NoSuchClass.method"], times)
+    assert wrapped == ["Scheduler.run_batch", "Scheduler.recv_requests", "broadcast_pyobj"]
+    assert host_time.instrument(fbi, ["ForwardBatch.init_new"], times) == ["ForwardBatch.init_new"]
+    s = sched.Scheduler()
+    # iteration = run_batch start to the next run_batch start
+    for b in (batch(4), batch(4), batch(2, decode=False), batch(4), batch(8), batch(8)):
+        s.recv_requests()
+        sched.broadcast_pyobj(1)
+        assert s.run_batch(b) == "result"
+        assert isinstance(fbi.ForwardBatch.init_new(b), fbi.ForwardBatch)  # still a classmethod
+        clock.tick(1000 if b.reqs and len(b.reqs) == 8 else 0)
+    s.recv_requests()
+    sched.broadcast_pyobj(1)
+    s.run_batch(batch(1))  # closes the last bs=8 iteration
+    r = times.report()
+    assert r["rank"] == 1
+    by = r["by_batch_size"]
+    # the first decode iteration is skipped, the extend one is not kept
+    assert sorted(by) == ["4", "8"]
+    assert by["4"]["iterations"] == 2 and by["8"]["iterations"] == 2
+    f4 = by["4"]["functions"]
+    # run_batch 35 us (helper inside it is not wrapped), init_new 11; the
+    # iteration also holds the next recv_requests and broadcast (107 us)
+    assert f4["Scheduler.run_batch"] == [1, 35.0]
+    assert f4["ForwardBatch.init_new"] == [1, 11.0]
+    assert f4["Scheduler.recv_requests"] == [1, 100.0]
+    assert f4["broadcast_pyobj"] == [1, 7.0]
+    assert by["4"]["iteration_us"] == 35 + 11 + 100 + 7
+    assert by["8"]["iteration_us"] == 35 + 11 + 1000 + 100 + 7
+    times.dump()
+    (path,) = tmp_path.glob("*-host.json")
+    assert json.loads(path.read_text())["by_batch_size"]["8"]["iterations"] == 2
+
+
+def test_table_puts_builds_side_by_side(tmp_path):
+    for build, us in (("/tmp/sb", 100.0), ("/tmp/sp", 120.0)):
+        d = tmp_path / os.path.basename(build)
+        d.mkdir()
+        (d / "1-host.json").write_text(json.dumps({
+            "pid": 1, "rank": 0, "build": build, "by_batch_size": {"1": {
+                "iterations": 10, "iteration_us": us,
+                "functions": {"Scheduler.run_batch": [1, us / 2], "tiny": [1, 1.0]}}}}))
+    out = subprocess.run([sys.executable, os.path.join(PROBES, "host_time.py"), str(tmp_path)],
+                         capture_output=True, text=True, check=True).stdout
+    assert "### batch size 1, rank 0" in out
+    assert "| (iteration) | 10 it, 100.0 us | 10 it, 120.0 us |" in out
+    assert "| Scheduler.run_batch | 1 / 50 | 1 / 60 |" in out
+    assert "tiny" not in out  # under 5 us in every build
+
+
+def test_sitecustomize_loads_host_time_beside_the_relay_counter(tmp_path, monkeypatch):
+    monkeypatch.setenv("SGLPATCH_PROBE_DIR", str(tmp_path))
+    monkeypatch.setenv("SGLPATCH_HOST_TIME", "1")
+    spec = importlib.util.spec_from_file_location("probe_site", os.path.join(PROBES, "sitecustomize.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, mod._AfterImport)]
+    hooks = mod._HOOKS
+    # overlap_utils gets both the relay counter and the timers
+    assert len(hooks["sglang.srt.managers.overlap_utils"]) == 2
+    assert set(host_time.TARGETS) <= set(hooks)
