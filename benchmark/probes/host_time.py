@@ -11,7 +11,11 @@ the first SGLPATCH_HOST_SKIP (200) are kept, grouped by batch size, and
 
     iterations                 how many were kept
     iteration_us               mean wall time of one iteration
-    functions                  {"Class.method": [calls, us] per iteration}
+    functions                  {"Class.method": [calls, us] per iteration};
+                               "(rest of the loop)": the iteration's time
+                               outside the loop phases (LOOP_PHASES);
+                               Event/Stream.synchronize: the host waiting
+                               for the GPU
 
 Times are inclusive (a caller's time contains its callees'). A TP server
 has one scheduler per rank, each writes its own file with its `rank`. When
@@ -68,7 +72,16 @@ TARGETS = {
         "TritonAttnBackend.init_forward_metadata_replay_cuda_graph",
         "TritonMultiStepDraftBackend.init_forward_metadata_replay_cuda_graph"],
 }
+# The host waiting for the GPU: the scheduler's wait for the last result
+# (copy_done) and any other event or stream synchronize. Large in a build
+# whose step is bound by the GPU, near 0 where the host is the bottleneck.
+TARGETS["torch.cuda.streams"] = ["Event.synchronize", "Stream.synchronize"]
 ITERATION = "Scheduler.run_batch"  # its calls cut the time into iterations
+# The phases of event_loop_overlap; the iteration's time outside them is
+# reported as "(rest of the loop)".
+LOOP_PHASES = ("Scheduler.recv_requests", "Scheduler.process_input_requests",
+               "Scheduler.get_next_batch_to_run", "Scheduler.run_batch",
+               "Scheduler.process_batch_result")
 
 
 class HostTimes:
@@ -120,11 +133,14 @@ class HostTimes:
         out = {"pid": os.getpid(), "rank": self.rank, "build": _build(), "by_batch_size": {}}
         for bs, b in sorted(self.buckets.items()):
             n = b["iterations"]
+            functions = {name: [round(c / n, 2), round(ns / n / 1e3, 1)]
+                         for name, (c, ns) in sorted(b["functions"].items())}
+            phases_ns = sum(b["functions"].get(p, (0, 0))[1] for p in LOOP_PHASES)
+            functions["(rest of the loop)"] = [1, round((b["ns"] - phases_ns) / n / 1e3, 1)]
             out["by_batch_size"][str(bs)] = {
                 "iterations": n,
                 "iteration_us": round(b["ns"] / n / 1e3, 1),
-                "functions": {name: [round(c / n, 2), round(ns / n / 1e3, 1)]
-                              for name, (c, ns) in sorted(b["functions"].items())},
+                "functions": functions,
             }
         return out
 

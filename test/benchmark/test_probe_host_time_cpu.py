@@ -104,6 +104,8 @@ def test_iterations_by_batch_size_with_inclusive_function_times(tmp_path):
     assert f4["Scheduler.recv_requests"] == [1, 100.0]
     assert f4["broadcast_pyobj"] == [1, 7.0]
     assert by["4"]["iteration_us"] == 35 + 11 + 100 + 7
+    # outside the loop phases (recv_requests, run_batch here): 11 + 7 us
+    assert f4["(rest of the loop)"] == [1, 18.0]
     assert by["8"]["iteration_us"] == 35 + 11 + 1000 + 100 + 7
     times.dump()
     (path,) = tmp_path.glob("*-host.json")
@@ -134,6 +136,7 @@ def test_sitecustomize_loads_host_time_beside_the_relay_counter(tmp_path, monkey
     spec.loader.exec_module(mod)
     sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, mod._AfterImport)]
     hooks = mod._HOOKS
+    assert "Event.synchronize" in host_time.TARGETS["torch.cuda.streams"]
     # overlap_utils gets both the relay counter and the timers
     assert len(hooks["sglang.srt.managers.overlap_utils"]) == 2
     assert set(host_time.TARGETS) <= set(hooks)
