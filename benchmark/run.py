@@ -21,7 +21,7 @@ import sizing
 import trace_steps
 from bench import BenchRunner, probe_throughput, run_bench
 from builds import apply_series, detect_card, ensure_models, load_fmap, parse_variant, variant_env
-from server import Server, free_port, server_command
+from server import Server, free_port, server_command, sglpatch_line
 
 
 class Run:
@@ -278,8 +278,12 @@ def serve_group(st, a, group, target, draft, vocab):
                 time.sleep(3)  # staggered: no two start-ups pick ports in the same instant
         for m in group:
             m.srv.wait_ready()
-            st.server_starts.append({"setting": m.tag, "start_s": round(m.srv.start_s, 1),
-                                     "side_by_side": len(group)})
+            start = {"setting": m.tag, "start_s": round(m.srv.start_s, 1),
+                     "side_by_side": len(group)}
+            said = sglpatch_line(m.srv.log_path)
+            if said:  # a patched server: the series and its seq_lens host pull
+                start["sglpatch_line"] = said
+            st.server_starts.append(start)
             st.log(f"  {m.tag} ready in {m.srv.start_s:.0f}s")
         for m in group:
             greedy_check(st, a, m)

@@ -27,6 +27,25 @@ def free_port(start=30000):
     raise RuntimeError("no free port")
 
 
+# patch 0008's start-up line: "sglpatch: <series>; per-step seq_lens host pull ..."
+SGLPATCH_LINE = "sglpatch: "
+
+
+def sglpatch_line(log_path):
+    """What a patched scheduler said at start about the series and the
+    seq_lens host pull (the text after "sglpatch: " on rank 0's line), or
+    None: unpatched, or a series without that line."""
+    try:
+        with open(log_path, errors="replace") as fh:
+            for line in fh:
+                i = line.find(SGLPATCH_LINE)
+                if i >= 0 and "seq_lens host pull" in line:
+                    return line[i + len(SGLPATCH_LINE):].strip()
+    except OSError:
+        pass
+    return None
+
+
 def http_json(url, payload=None, timeout=600):
     data = None if payload is None else json.dumps(payload).encode()
     req = urllib.request.Request(url, data=data,

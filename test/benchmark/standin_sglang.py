@@ -175,6 +175,10 @@ LAUNCH_SERVER = textwrap.dedent('''
                 json.dump({"traceEvents": ev}, fh)
 
     time.sleep(0.5)  # a start-up that takes a moment
+    if os.environ.get("FAKE_SGLPATCH_LINE"):  # a patched scheduler's start-up line
+        print("[2026-11-26 10:00:00 TP0] sglpatch: patches 0001-0008 applied by sglpatch "
+              "0.2.0; per-step seq_lens host pull off: every attention backend of the "
+              "decode step reads device lengths", flush=True)
     http.server.ThreadingHTTPServer.request_queue_size = 256  # a storm connects at once
     srv = http.server.ThreadingHTTPServer(("127.0.0.1", port), H)
     note("up")

@@ -111,3 +111,17 @@ def test_disaggregated_decode_servers_use_the_fake_transfer(tmp_path):
     hosts = [e["event"]["generate_bootstrap_host"] for e in events
              if isinstance(e["event"], dict) and "generate_bootstrap_host" in e["event"]]
     assert hosts and set(hosts) == {"2.2.2.2"}  # the fake transfer's marker
+
+
+def test_server_starts_record_the_series_start_line(tmp_path):
+    # a patched scheduler says at start which patches are in and whether the
+    # per-step seq_lens host pull is on: the results keep it per server
+    _, data = _run(tmp_path, env={"FAKE_SGLPATCH_LINE": "1"})
+    lines = [s.get("sglpatch_line") for s in data["server_starts"]]
+    assert len(lines) == 2
+    assert all(x.startswith("patches 0001-0008 applied by sglpatch") and
+               x.endswith("per-step seq_lens host pull off: every attention backend of the "
+                          "decode step reads device lengths") for x in lines)
+    # an unpatched server prints none, and its record has no such key
+    _, plain = _run(tmp_path / "plain")
+    assert all("sglpatch_line" not in s for s in plain["server_starts"])
