@@ -132,3 +132,28 @@ def test_load_and_faults_claim_matches_its_results():
     retracted = [f["retracted_requests"] for f in records]
     assert (min(retracted), max(retracted)) == (int(m.group(1)), int(m.group(2)))
     assert round(max(f["max_output_gap_s"] for f in records), 1) == float(m.group(4))
+
+
+def test_fault_runs_truth_counts_in_docs_match_the_server_lines():
+    # docs/faults.md: the count every 1000 checks, up to these, 0 violations
+    with open(os.path.join(REPO, "docs", "faults.md")) as fh:
+        doc = " ".join(fh.read().split())
+    m = re.search(r"up to ([\d ]+) \(TP=2, on both ranks\), ([\d ]+) \(TP=1\) and ([\d ]+) "
+                  r"\(disaggregated\), with 0 violations and no stale-plan error", doc)
+    claimed = [int(x.replace(" ", "")) for x in m.groups()]
+    with open(os.path.join(RESULTS, "2026-11-26-h100x4-faults-server-lines.log")) as fh:
+        lines = [x for x in fh if not x.startswith("#")]
+    counts = {}
+    for line in lines:
+        assert "StaleAttentionPlan" not in line and "used stale lengths" not in line
+        c = re.search(r"seq_lens truth check: (\d+) checks, (\d+) violations", line)
+        if c:
+            assert c.group(2) == "0"
+            shape = line.split("/")[0]
+            rank = "TP1" if " TP1]" in line else "TP0"
+            counts[(shape, rank)] = max(counts.get((shape, rank), 0), int(c.group(1)))
+    assert [counts[("tp2", "TP0")], counts[("tp1", "TP0")], counts[("disagg", "TP0")]] == claimed
+    assert counts[("tp2", "TP1")] == counts[("tp2", "TP0")]
+    started = [x for x in lines if "sglpatch: patches 0001-0008" in x]
+    assert sorted(x.split("/")[0] for x in started) == ["disagg", "tp1", "tp2"]
+    assert all("per-step seq_lens host pull off" in x for x in started)
