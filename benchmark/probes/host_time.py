@@ -11,11 +11,13 @@ the first SGLPATCH_HOST_SKIP (200) are kept, grouped by batch size, and
 
     iterations                 how many were kept
     iteration_us               mean wall time of one iteration
+    iteration_us_p50_p90_p99   its percentiles (a rank's pauses show here)
     functions                  {"Class.method": [calls, us] per iteration};
                                "(rest of the loop)": the iteration's time
                                outside the loop phases (LOOP_PHASES);
                                Event/Stream.synchronize: the host waiting
-                               for the GPU
+                               for the GPU; "(gc gen N)": Python's garbage
+                               collections
 
 Times are inclusive (a caller's time contains its callees'). A TP server
 has one scheduler per rank, each writes its own file with its `rank`. When
@@ -77,6 +79,7 @@ TARGETS = {
 # whose step is bound by the GPU, near 0 where the host is the bottleneck.
 TARGETS["torch.cuda.streams"] = ["Event.synchronize", "Stream.synchronize"]
 ITERATION = "Scheduler.run_batch"  # its calls cut the time into iterations
+MAX_KEPT = 50000  # iteration times kept per batch size, for the percentiles
 # The phases of event_loop_overlap; the iteration's time outside them is
 # reported as "(rest of the loop)".
 LOOP_PHASES = ("Scheduler.recv_requests", "Scheduler.process_input_requests",
@@ -111,9 +114,12 @@ class HostTimes:
         if rank is not None:
             self.rank = rank
         if self.open_bs is not None:
-            b = self.buckets.setdefault(self.open_bs, {"iterations": 0, "ns": 0, "functions": {}})
+            b = self.buckets.setdefault(self.open_bs, {"iterations": 0, "ns": 0, "functions": {},
+                                                       "each_ns": []})
             b["iterations"] += 1
             b["ns"] += now - self.open_t
+            if len(b["each_ns"]) < MAX_KEPT:
+                b["each_ns"].append(now - self.open_t)
             for name, (calls, ns) in self.current.items():
                 f = b["functions"].setdefault(name, [0, 0])
                 f[0] += calls
@@ -137,9 +143,12 @@ class HostTimes:
                          for name, (c, ns) in sorted(b["functions"].items())}
             phases_ns = sum(b["functions"].get(p, (0, 0))[1] for p in LOOP_PHASES)
             functions["(rest of the loop)"] = [1, round((b["ns"] - phases_ns) / n / 1e3, 1)]
+            each = sorted(b["each_ns"])
             out["by_batch_size"][str(bs)] = {
                 "iterations": n,
                 "iteration_us": round(b["ns"] / n / 1e3, 1),
+                "iteration_us_p50_p90_p99": [round(each[min(int(q * len(each)), len(each) - 1)]
+                                             / 1e3, 1) for q in (0.5, 0.9, 0.99)],
                 "functions": functions,
             }
         return out
@@ -199,9 +208,29 @@ def instrument(module, names, times):
     return done
 
 
+def time_gc(times):
+    """Count Python's garbage collections as "(gc gen N)": a pause on one
+    rank holds every rank at the next collective, so at TP > 1 it costs the
+    whole step."""
+    import gc
+
+    started = {}
+
+    def callback(phase, info):
+        gen = info.get("generation")
+        if phase == "start":
+            started[gen] = times.clock()
+        elif gen in started:
+            times.add(f"(gc gen {gen})", times.clock() - started.pop(gen))
+
+    gc.callbacks.append(callback)
+    return callback
+
+
 def hooks(out_dir):
     """{module name: hook(module)} for sitecustomize's import hook."""
     times = HostTimes(out_dir, int(os.environ.get("SGLPATCH_HOST_SKIP", "200")))
+    time_gc(times)
     import atexit
 
     atexit.register(lambda: times.buckets and times.dump())
@@ -221,6 +250,12 @@ def load(dirs):
     return reports
 
 
+def _iteration_cell(row):
+    pct = row.get("iteration_us_p50_p90_p99")
+    cell = f"{row['iterations']} it, {row['iteration_us']} us"
+    return cell + (f" (p50/p90/p99 {' / '.join(map(str, pct))})" if pct else "")
+
+
 def table(reports, min_us=5.0):
     """Markdown: per batch size and rank, each build's iteration time and the
     functions that take >= min_us in any build."""
@@ -237,8 +272,7 @@ def table(reports, min_us=5.0):
         lines.append("| function | " + " | ".join(f"{os.path.basename(b)} calls / us"
                                                   for b in builds) + " |")
         lines.append("|---|" + "---|" * len(builds))
-        cells = [f"{rows[b]['iterations']} it, {rows[b]['iteration_us']} us" if rows.get(b)
-                 else "—" for b in builds]
+        cells = [_iteration_cell(rows[b]) if rows.get(b) else "—" for b in builds]
         lines.append("| (iteration) | " + " | ".join(cells) + " |")
         names = sorted({n for row in rows.values() if row for n, (c, us) in
                         row["functions"].items() if us >= min_us})

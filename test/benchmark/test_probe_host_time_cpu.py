@@ -107,6 +107,7 @@ def test_iterations_by_batch_size_with_inclusive_function_times(tmp_path):
     # outside the loop phases (recv_requests, run_batch here): 11 + 7 us
     assert f4["(rest of the loop)"] == [1, 18.0]
     assert by["8"]["iteration_us"] == 35 + 11 + 1000 + 100 + 7
+    assert by["4"]["iteration_us_p50_p90_p99"] == [153.0, 153.0, 153.0]
     times.dump()
     (path,) = tmp_path.glob("*-host.json")
     assert json.loads(path.read_text())["by_batch_size"]["8"]["iterations"] == 2
@@ -116,14 +117,16 @@ def test_table_puts_builds_side_by_side(tmp_path):
     for build, us in (("/tmp/sb", 100.0), ("/tmp/sp", 120.0)):
         d = tmp_path / os.path.basename(build)
         d.mkdir()
+        row = {"iterations": 10, "iteration_us": us,
+               "functions": {"Scheduler.run_batch": [1, us / 2], "tiny": [1, 1.0]}}
+        if build == "/tmp/sp":
+            row["iteration_us_p50_p90_p99"] = [1, 2, 3]
         (d / "1-host.json").write_text(json.dumps({
-            "pid": 1, "rank": 0, "build": build, "by_batch_size": {"1": {
-                "iterations": 10, "iteration_us": us,
-                "functions": {"Scheduler.run_batch": [1, us / 2], "tiny": [1, 1.0]}}}}))
+            "pid": 1, "rank": 0, "build": build, "by_batch_size": {"1": row}}))
     out = subprocess.run([sys.executable, os.path.join(PROBES, "host_time.py"), str(tmp_path)],
                          capture_output=True, text=True, check=True).stdout
     assert "### batch size 1, rank 0" in out
-    assert "| (iteration) | 10 it, 100.0 us | 10 it, 120.0 us |" in out
+    assert "| (iteration) | 10 it, 100.0 us | 10 it, 120.0 us (p50/p90/p99 1 / 2 / 3) |" in out
     assert "| Scheduler.run_batch | 1 / 50 | 1 / 60 |" in out
     assert "tiny" not in out  # under 5 us in every build
 
@@ -140,3 +143,24 @@ def test_sitecustomize_loads_host_time_beside_the_relay_counter(tmp_path, monkey
     # overlap_utils gets both the relay counter and the timers
     assert len(hooks["sglang.srt.managers.overlap_utils"]) == 2
     assert set(host_time.TARGETS) <= set(hooks)
+
+
+def test_garbage_collections_are_counted_in_the_open_iteration(tmp_path):
+    import gc
+
+    clock = Clock()
+    times = host_time.HostTimes(str(tmp_path), skip=0, clock=clock)
+    callback = host_time.time_gc(times)
+    try:
+        times.new_iteration(batch(2))
+        callback("start", {"generation": 2})
+        clock.tick(40)
+        callback("stop", {"generation": 2})
+        gc.collect(0)  # a real collection is counted too, as gen 0
+        clock.tick(10)
+        times.new_iteration(batch(2))
+    finally:
+        gc.callbacks.remove(callback)
+    f = times.report()["by_batch_size"]["2"]["functions"]
+    assert f["(gc gen 2)"] == [1, 40.0]
+    assert f["(gc gen 0)"][0] >= 1
