@@ -16,6 +16,9 @@
 #     (benchmark/probes/host_time.py: host wall time per scheduler iteration,
 #     by function, per rank) -> host-time.tgz and a side-by-side table in
 #     compare.log; its numbers carry the probe's cost, in every build alike
+#   - ADDON=DIR: after the sites are installed, an add-on kit's wheels over
+#     each of them (.kitfa3: sgl-kernel with FA3, benchmark/kit/README.md);
+#     the add-on travels alone, in a call after the one that carried the kit
 #   - INSTALL_ONLY=1: install the sites and stop
 #   - SIDE_BY_SIDE=K: the K servers of the call run at the same time and are
 #     measured in turn (e2e --side-by-side), each with a fixed KV pool
@@ -59,6 +62,9 @@ for v in ${VARIANTS//,/ }; do
     *) echo "unknown variant $v" >&2; exit 2 ;;
   esac
 done
+if [ -n "$ADDON" ]; then
+  addon_install "$ADDON" /tmp/sb /tmp/sp /tmp/su || exit 3
+fi
 # INSTALL_ONLY=1: only put the sites on the machine (the other kit comes in
 # the next call, as both kits together exceed what one call can send)
 [ "$INSTALL_ONLY" = 1 ] && { log "installed only"; exit 0; }

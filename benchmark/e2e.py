@@ -82,7 +82,8 @@ def build_parser():
                    help="per-token chance a draft token is right "
                    "(0.8 with K=3 gives accept length ~2.95)")
     r.add_argument("--attention-backend", type=csv(str), default=["triton"],
-                   help="comma list: triton[,flashinfer]")
+                   help="comma list, e.g. triton,flashinfer,fa3; `default`: no flag, "
+                        "the backend sglang picks for the model and GPU")
     r.add_argument("--overlap", type=csv(onoff), default=[True],
                    help="comma list of on/off (off = --disable-overlap-schedule)")
     r.add_argument("--piecewise", type=csv(onoff), default=[True, False],

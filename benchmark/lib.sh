@@ -41,3 +41,19 @@ patched_site() {  # patched_site BASE SITE [NNNN]: a copy of BASE with the serie
     --sglang-dir "$site/sglang" >> "$OUT/${LOG_NAME:-device.log}" 2>&1 || return 1
   touch "$site/.series-applied"; log "$site: series applied${through:+ through $through}"
 }
+
+addon_install() {  # addon_install ADDON SITE...: an add-on kit's wheels over each site, once
+  # (e.g. .kitfa3, build-kit.sh fa3: too big to travel beside the kit, so it
+  # comes in a later call onto the same warm machine and replaces the slim
+  # sgl-kernel in every site already installed)
+  local addon=$1 site name; shift
+  name=$(basename "$addon")
+  ls "$addon"/w/*.whl > /dev/null 2>&1 || { log "ERROR: no wheels in $addon/w"; return 1; }
+  for site in "$@"; do
+    [ -d "$site" ] || continue
+    [ -f "$site/.addon-$name" ] && { log "reuse $name in $site"; continue; }
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
+      --upgrade --target "$site" "$addon"/w/*.whl || return 1
+    touch "$site/.addon-$name"; log "installed $addon into $site"
+  done
+}

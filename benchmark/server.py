@@ -55,12 +55,18 @@ def http_json(url, payload=None, timeout=600):
     return json.loads(body) if body else None
 
 
+DEFAULT_BACKEND = "default"
+
+
 def server_command(python, target, draft, port, attention_backend, speculative,
                    overlap, piecewise, tp=1, spec_steps=3, topk=1, draft_tokens=4,
                    mem_fraction=None, max_total_tokens=None, extra=()):
     cmd = [python, "-m", "sglang.launch_server", "--model-path", target,
            "--host", "127.0.0.1", "--port", str(port), "--tp", str(tp),
-           "--attention-backend", attention_backend,
+           # "default": no flag, the backend sglang picks (fa3 on Hopper for
+           # these Llama-style models with EAGLE topk 1, flashinfer elsewhere)
+           *(() if attention_backend == DEFAULT_BACKEND else
+             ("--attention-backend", attention_backend)),
            # offline kit: no xgrammar, and the pytorch sampler needs no JIT
            "--sampling-backend", "pytorch", "--grammar-backend", "none",
            "--dtype", "bfloat16", "--random-seed", "0",

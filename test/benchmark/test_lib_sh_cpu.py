@@ -44,3 +44,32 @@ def test_patched_site_copies_the_base_and_applies_through_the_tool(tmp_path):
     ]
     assert (tmp_path / "sp" / "sglang" / "x.py").read_text() == "x = 1\n"
     assert "reuse" in res.stdout
+
+
+def test_addon_install_goes_over_each_installed_site_once(tmp_path):
+    # a stand-in python3 that records its arguments instead of installing
+    stub = tmp_path / "bin"
+    stub.mkdir()
+    (stub / "python3").write_text(f'#!/bin/bash\necho "$*" >> {tmp_path}/calls\n')
+    (stub / "python3").chmod(0o755)
+    (tmp_path / "kitfa3" / "w").mkdir(parents=True)
+    (tmp_path / "kitfa3" / "w" / "sglang_kernel-0.4.2.post2-cp310-abi3-x.whl").write_text("")
+    for site in ("sb", "sp"):
+        (tmp_path / site).mkdir()
+    sites = f"{tmp_path}/sb {tmp_path}/sp {tmp_path}/su"  # su: not installed, skipped
+    res = sh(f"addon_install {tmp_path}/kitfa3 {sites} && addon_install {tmp_path}/kitfa3 {sites}",
+             tmp_path, stub)
+    assert res.returncode == 0, res.stdout + res.stderr
+    calls = (tmp_path / "calls").read_text().splitlines()
+    assert [c.split("--target ")[1].split()[0] for c in calls] == [
+        f"{tmp_path}/sb", f"{tmp_path}/sp"]  # once each: the second pass reuses
+    assert all("--upgrade" in c and c.endswith("sglang_kernel-0.4.2.post2-cp310-abi3-x.whl")
+               for c in calls)
+    assert (tmp_path / "sp" / ".addon-kitfa3").exists() and not (tmp_path / "su").exists()
+    assert res.stdout.count("reuse kitfa3") == 2
+
+
+def test_addon_install_refuses_an_empty_addon(tmp_path):
+    (tmp_path / "empty" / "w").mkdir(parents=True)
+    res = sh(f"addon_install {tmp_path}/empty {tmp_path}", tmp_path)
+    assert res.returncode == 1 and "no wheels in" in res.stdout

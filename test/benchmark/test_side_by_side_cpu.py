@@ -125,3 +125,13 @@ def test_server_starts_record_the_series_start_line(tmp_path):
     # an unpatched server prints none, and its record has no such key
     _, plain = _run(tmp_path / "plain")
     assert all("sglpatch_line" not in s for s in plain["server_starts"])
+
+
+def test_default_backend_launches_without_the_flag(tmp_path):
+    # what users run: no --attention-backend, sglang picks; the records keep
+    # "default" as the backend's name
+    events, data = _run(tmp_path, "--attention-backend", "default,triton")
+    argvs = [e["argv"] for e in events if e["event"] == "up"]
+    with_flag = [a[a.index("--attention-backend") + 1] for a in argvs if "--attention-backend" in a]
+    assert len(argvs) == 4 and with_flag == ["triton", "triton"]
+    assert sorted({r["attention_backend"] for r in data["runs"]}) == ["default", "triton"]
