@@ -117,6 +117,18 @@ def test_tensor_parallel_claim_matches_its_results():
         assert len({g["sha256"] for g in data["greedy_runs"]}) == 1
 
 
+def test_tensor_parallel_warning_covers_the_measured_range():
+    m = re.search(r"with tensor parallelism \(TP=2, TP=4\) the series is currently (\d+)–(\d+)% "
+                  r"slower than unpatched 0.5.12.post1", readme())
+    ratios = []
+    for stem in ("2026-11-26-h100x4-tp2-eagle3-pairs", "2026-11-26-h100x4-tp4-eagle3"):
+        runs = {(r["variant"], r["concurrency"]): r for r in load(stem)["runs"]}
+        ratios += [runs[("patched", c)]["tpot_ms_median"] / runs[("base", c)]["tpot_ms_median"]
+                   for c in (1, 8, 32)]
+    assert round((min(ratios) - 1) * 100) == int(m.group(1))
+    assert round((max(ratios) - 1) * 100) == int(m.group(2))
+
+
 def test_load_and_faults_claim_matches_its_results():
     m = re.search(r"retracted (\d+) to (\d+) requests, and put 0 of (\d+) greedy prompts off "
                   r"their chain during the storm or after it\. No server went silent: the "
