@@ -8,8 +8,8 @@ run K copies of the same `e2e.py run` at the same time, each on its own
 slice of the machine: copy i gets GPUs [i*N/K, (i+1)*N/K) through
 CUDA_VISIBLE_DEVICES, 1/K of the physical cores (with their hyperthread
 siblings) through `taskset`, so one copy's host work never runs on the
-cores of another's schedulers, ports
-from 30000 + 1000*i, and W/pair<i> as its work dir. Within a copy the
+cores of another's schedulers, ports from 30000 + 1000*i, and W/pair<i> as
+its work dir. Within a copy the
 builds still serve side by side and are measured in turn, so each copy is a
 complete comparison; the copies are then pooled into O with
 `results.pool`, each labelled pair<i>, so a point's repeats from all copies
