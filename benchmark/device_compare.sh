@@ -72,10 +72,8 @@ if [ "$HOST_TIME" = 1 ]; then
   rm -rf /tmp/probe-host && mkdir -p /tmp/probe-host
   for i in "${!args[@]}"; do
     case ${args[$i]} in
-      *=/tmp/s[bpu])  # a hard-linked copy of the site, with the probe beside it
-        site=${args[$i]#*=}
-        rm -rf "$site-probe" && cp -al "$site" "$site-probe" || exit 4
-        cp benchmark/probes/sitecustomize.py benchmark/probes/host_time.py "$site-probe/"
+      *=/tmp/s[bpu])
+        probe_site "${args[$i]#*=}" "${args[$i]#*=}-probe" || exit 4
         args[$i]=${args[$i]}-probe ;;
     esac
   done
@@ -89,8 +87,7 @@ if [ "$SYNC_TRACE" = 1 ]; then
   # The probe goes into a copy of the site, so the measured servers never load it.
   src=/tmp/sp name=patched
   [ -d /tmp/sp ] || { src=/tmp/su name=upstream-0.5.13; }
-  rm -rf /tmp/probe-site /tmp/probe && cp -a "$src" /tmp/probe-site
-  cp benchmark/probes/sitecustomize.py /tmp/probe-site/
+  rm -rf /tmp/probe && probe_site "$src" /tmp/probe-site || exit 4
   log "sync trace: $name"
   SGLPATCH_PROBE_DIR=/tmp/probe SGLPATCH_SYNC_TRACE=1 SGLPATCH_SYNC_SKIP=20 SGLPATCH_SYNC_STEPS=100 \
     timeout $(( $(left) - 20 )) python3 benchmark/e2e.py run --variant "$name=/tmp/probe-site" --no-apply \
@@ -134,8 +131,7 @@ if [ "$HOST_TIME" = 1 ]; then
   tar czf "$OUT/host-time.tgz" -C /tmp probe-host
   python3 benchmark/probes/host_time.py /tmp/probe-host >> "$OUT/compare.log" 2>&1
 fi
-# the server and bench logs, also those of PAIRS copies (pair<i>/*.log)
-(cd "$WORK" && find . -maxdepth 2 -name '*.log' -print0 | xargs -0 tar czf "$OUT/server-logs.tgz")
+tar_logs "$WORK"  # also those of PAIRS copies (pair<i>/*.log)
 if [ -d "$WORK/profiles" ]; then  # e2e --profile-steps: the traces (one file back, < 16 MiB)
   (cd "$WORK" && tar czf "$OUT/profiles.tgz" profiles)
   [ "$(stat -c %s "$OUT/profiles.tgz")" -lt 15000000 ] || {

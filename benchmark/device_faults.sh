@@ -42,6 +42,6 @@ shape tp1 0 30000 "$@" &
 shape disagg 1 31000 --disaggregation-decode "$@" &
 shape tp2 2,3 32000 --tp 2 "$@" &
 wait
-(cd "$WORK" && find . -maxdepth 2 -name '*.log' -print0 | xargs -0 tar czf "$OUT/server-logs.tgz")
+tar_logs "$WORK"
 grep -hE "fault storm|idle: greedy|ERROR|Traceback" "$OUT/compare.log" | tail -40
 log "done"

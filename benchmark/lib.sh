@@ -57,3 +57,15 @@ addon_install() {  # addon_install ADDON SITE...: an add-on kit's wheels over ea
     touch "$site/.addon-$name"; log "installed $addon into $site"
   done
 }
+
+probe_site() {  # probe_site SITE COPY: a hard-linked copy of SITE with the project's
+  # probes (benchmark/probes/) beside it, so the servers measured from SITE never load them
+  local site=$1 copy=$2
+  rm -rf "$copy" && cp -al "$site" "$copy" || return 1
+  cp benchmark/probes/sitecustomize.py benchmark/probes/host_time.py "$copy/"
+}
+
+tar_logs() {  # tar_logs WORK: the server and bench logs under WORK, one folder deep
+  # included (copies of a run in WORK/<name>/), into $OUT/server-logs.tgz
+  (cd "$1" && find . -maxdepth 2 -name '*.log' -print0 | xargs -0 tar czf "$OUT/server-logs.tgz")
+}

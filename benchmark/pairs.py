@@ -81,13 +81,13 @@ def option(argv, name):
     return value
 
 
-def without(argv, name):
-    """argv without any `name VALUE` pair."""
+def without(argv, *names):
+    """argv without any `NAME VALUE` pair of these names."""
     out, skip = [], False
     for x in argv:
         if skip:
             skip = False
-        elif x == name:
+        elif x in names:
             skip = True
         else:
             out.append(x)
@@ -105,7 +105,7 @@ def plan(k, gpus, cores, run_argv, have_taskset=True):
         raise ValueError(f"{gpus} GPUs in {k} copies leave {len(gpu_slices[0])} "
                          f"per copy, fewer than --tp {tp}")
     pins = (cpu_slices(cores, k) if have_taskset else None) or [None] * k
-    base = without(without(without(run_argv, "--work-dir"), "--out-dir"), "--port-base")
+    base = without(run_argv, "--work-dir", "--out-dir", "--port-base")
     copies = []
     for i in range(k):
         label = f"pair{i}"

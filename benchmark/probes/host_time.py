@@ -73,11 +73,11 @@ TARGETS = {
     "sglang.srt.layers.attention.triton_backend": [
         "TritonAttnBackend.init_forward_metadata_replay_cuda_graph",
         "TritonMultiStepDraftBackend.init_forward_metadata_replay_cuda_graph"],
+    # The host waiting for the GPU: the scheduler's wait for the last result
+    # (copy_done) and any other event or stream synchronize. Large in a build
+    # whose step is bound by the GPU, near 0 where the host is the bottleneck.
+    "torch.cuda.streams": ["Event.synchronize", "Stream.synchronize"],
 }
-# The host waiting for the GPU: the scheduler's wait for the last result
-# (copy_done) and any other event or stream synchronize. Large in a build
-# whose step is bound by the GPU, near 0 where the host is the bottleneck.
-TARGETS["torch.cuda.streams"] = ["Event.synchronize", "Stream.synchronize"]
 ITERATION = "Scheduler.run_batch"  # its calls cut the time into iterations
 MAX_KEPT = 50000  # iteration times kept per batch size, for the percentiles
 # The phases of event_loop_overlap; the iteration's time outside them is

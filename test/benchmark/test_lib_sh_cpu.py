@@ -16,6 +16,16 @@ def sh(script, tmp_path, path_prefix=None):
                           cwd=REPO, env=env, capture_output=True, text=True)
 
 
+def recording_python3(tmp_path, line):
+    """A folder holding a stand-in python3 that appends `line` (shell words,
+    e.g. "$*") to tmp_path/calls instead of running anything."""
+    stub = tmp_path / "bin"
+    stub.mkdir()
+    (stub / "python3").write_text(f'#!/bin/bash\necho "{line}" >> {tmp_path}/calls\n')
+    (stub / "python3").chmod(0o755)
+    return stub
+
+
 def test_kit_install_refuses_a_kit_of_another_version(tmp_path):
     (tmp_path / "kit" / "w").mkdir(parents=True)
     (tmp_path / "kit" / "w" / "sglang-0.5.13-py3-none-any.whl").write_text("")
@@ -26,11 +36,7 @@ def test_kit_install_refuses_a_kit_of_another_version(tmp_path):
 
 
 def test_patched_site_copies_the_base_and_applies_through_the_tool(tmp_path):
-    # a stand-in python3 that records its arguments instead of patching
-    stub = tmp_path / "bin"
-    stub.mkdir()
-    (stub / "python3").write_text(f'#!/bin/bash\necho "$PYTHONPATH $*" >> {tmp_path}/calls\n')
-    (stub / "python3").chmod(0o755)
+    stub = recording_python3(tmp_path, "$PYTHONPATH $*")  # records instead of patching
     (tmp_path / "base" / "sglang").mkdir(parents=True)
     (tmp_path / "base" / "sglang" / "x.py").write_text("x = 1\n")
     res = sh(f"patched_site {tmp_path}/base {tmp_path}/sp 0002 && "
@@ -47,11 +53,7 @@ def test_patched_site_copies_the_base_and_applies_through_the_tool(tmp_path):
 
 
 def test_addon_install_goes_over_each_installed_site_once(tmp_path):
-    # a stand-in python3 that records its arguments instead of installing
-    stub = tmp_path / "bin"
-    stub.mkdir()
-    (stub / "python3").write_text(f'#!/bin/bash\necho "$*" >> {tmp_path}/calls\n')
-    (stub / "python3").chmod(0o755)
+    stub = recording_python3(tmp_path, "$*")  # records instead of installing
     (tmp_path / "kitfa3" / "w").mkdir(parents=True)
     (tmp_path / "kitfa3" / "w" / "sglang_kernel-0.4.2.post2-cp310-abi3-x.whl").write_text("")
     for site in ("sb", "sp"):
@@ -73,3 +75,17 @@ def test_addon_install_refuses_an_empty_addon(tmp_path):
     (tmp_path / "empty" / "w").mkdir(parents=True)
     res = sh(f"addon_install {tmp_path}/empty {tmp_path}", tmp_path)
     assert res.returncode == 1 and "no wheels in" in res.stdout
+
+
+def test_probe_site_is_a_linked_copy_with_the_probes_beside_it(tmp_path):
+    (tmp_path / "site" / "sglang").mkdir(parents=True)
+    (tmp_path / "site" / "sglang" / "x.py").write_text("x = 1\n")
+    (tmp_path / "copy").mkdir()
+    (tmp_path / "copy" / "stale.py").write_text("")  # an earlier call's copy goes first
+    res = sh(f"probe_site {tmp_path}/site {tmp_path}/copy", tmp_path)
+    assert res.returncode == 0, res.stdout + res.stderr
+    copy = tmp_path / "copy"
+    assert sorted(p.name for p in copy.iterdir()) == ["host_time.py", "sglang", "sitecustomize.py"]
+    # the site's files are shared, not copied; the site itself gets no probe
+    assert (copy / "sglang" / "x.py").stat().st_ino == (tmp_path / "site" / "sglang" / "x.py").stat().st_ino
+    assert not (tmp_path / "site" / "sitecustomize.py").exists()
