@@ -19,6 +19,11 @@ the first SGLPATCH_HOST_SKIP (200) are kept, grouped by batch size, and
                                for the GPU; "(gc gen N)": Python's garbage
                                collections
 
+The file also holds `gc`, the process's collections by generation (runs,
+objects collected), and with SGLPATCH_GC_GARBAGE=N `gc_garbage`: the objects
+the collector freed over N decode iterations, by kind (GarbageWindow): a
+build whose steps make reference cycles shows here.
+
 Times are inclusive (a caller's time contains its callees'). A TP server
 has one scheduler per rank, each writes its own file with its `rank`. When
 the host is the bottleneck (TP > 1 on the small model: the GPU idles most of
@@ -99,6 +104,11 @@ class HostTimes:
         self.decode_seen = 0
         self.buckets = {}  # bs -> {"iterations", "ns", "functions": name -> [calls, ns]}
         self.closed = 0
+        # Process totals of Python's collections: gen -> [runs, objects collected]
+        self.gc_totals = {}
+        # SGLPATCH_GC_GARBAGE=N: what the collector frees over N kept decode
+        # iterations (see GarbageWindow); None: off
+        self.garbage = None
 
     def add(self, name, ns):
         entry = self.current.get(name)
@@ -132,6 +142,8 @@ class HostTimes:
         decode = bool(mode is not None and mode.is_decode())
         self.decode_seen += decode
         keep = decode and self.decode_seen > self.skip
+        if self.garbage is not None and decode:
+            self.garbage.at_decode(self.decode_seen - self.skip)
         self.open_bs = len(batch.reqs) if keep else None
         self.open_t = now
 
@@ -151,6 +163,10 @@ class HostTimes:
                                              / 1e3, 1) for q in (0.5, 0.9, 0.99)],
                 "functions": functions,
             }
+        out["gc"] = {str(gen): {"runs": runs, "collected": collected}
+                     for gen, (runs, collected) in sorted(self.gc_totals.items())}
+        if self.garbage is not None and self.garbage.summary is not None:
+            out["gc_garbage"] = self.garbage.summary
         return out
 
     def dump(self):
@@ -222,14 +238,77 @@ def time_gc(times):
             started[gen] = times.clock()
         elif gen in started:
             times.add(f"(gc gen {gen})", times.clock() - started.pop(gen))
+            total = times.gc_totals.setdefault(gen, [0, 0])
+            total[0] += 1
+            total[1] += info.get("collected", 0)
 
     gc.callbacks.append(callback)
     return callback
 
 
+class GarbageWindow:
+    """What Python's cycle collector frees in steady decode, by kind.
+
+    Objects freed by reference counting never reach the collector; only
+    reference cycles do. A build that makes cycles on every step runs
+    generation-0 collections (and now and then a generation-1 or 2 one of
+    milliseconds) that a build without them does not, and at TP > 1 each
+    rank's pause holds the others at the next collective. From the first kept
+    decode iteration the collector keeps what it would free (DEBUG_SAVEALL);
+    after `iterations` more it collects once and `summary` counts the kept
+    objects by kind: the type, a function's or frame's qualified name, an
+    instance dict's first keys (which say whose dict it is).
+    """
+
+    def __init__(self, iterations, top=40):
+        self.iterations, self.top = iterations, top
+        self.summary = None
+        self._open = False
+
+    def at_decode(self, kept):
+        import gc
+
+        if kept == 1 and not self._open and self.summary is None:
+            gc.collect()  # start from nothing pending
+            gc.garbage.clear()
+            gc.set_debug(gc.DEBUG_SAVEALL)
+            self._open = True
+        elif self._open and kept > self.iterations:
+            gc.collect()
+            self.summary = self.summarize(gc.garbage, self.iterations)
+            gc.garbage.clear()
+            gc.set_debug(0)
+            self._open = False
+
+    def summarize(self, objects, iterations):
+        from collections import Counter
+
+        kinds = Counter(_kind(o) for o in objects)
+        return {"iterations": iterations, "objects": len(objects),
+                "per_iteration": round(len(objects) / max(iterations, 1), 1),
+                "kinds": [[k, n] for k, n in kinds.most_common(self.top)]}
+
+
+def _kind(obj):
+    """A short name that says where a collected object comes from."""
+    t = type(obj)
+    if t is dict:
+        keys = [k for k in list(obj)[:4] if isinstance(k, str)]
+        return "dict{" + ",".join(keys) + ("" if len(obj) <= 4 else ",...") + "}"
+    code = getattr(obj, "f_code", None) or getattr(obj, "__code__", None)
+    if code is not None:
+        return f"{t.__name__} {getattr(code, 'co_qualname', code.co_name)}"
+    if t.__name__ in ("method", "builtin_function_or_method"):
+        return f"{t.__name__} {getattr(obj, '__qualname__', '?')}"
+    return f"{t.__module__}.{t.__qualname__}"
+
+
 def hooks(out_dir):
     """{module name: hook(module)} for sitecustomize's import hook."""
     times = HostTimes(out_dir, int(os.environ.get("SGLPATCH_HOST_SKIP", "200")))
+    window = int(os.environ.get("SGLPATCH_GC_GARBAGE", "0"))
+    if window > 0:
+        times.garbage = GarbageWindow(window)
     time_gc(times)
     import atexit
 
@@ -282,7 +361,33 @@ def table(reports, min_us=5.0):
                 f = (rows.get(b) or {}).get("functions", {}).get(n)
                 cells.append(f"{f[0]:g} / {f[1]:g}" if f else "—")
             lines.append(f"| {n} | " + " | ".join(cells) + " |")
+    lines += gc_table(reports)
     return "\n".join(lines)
+
+
+def gc_table(reports, top=15):
+    """Lines: each build's and rank's collections, and the kinds of objects
+    its garbage window freed."""
+    lines = []
+    with_gc = [r for r in reports if r.get("gc") or r.get("gc_garbage")]
+    if not with_gc:
+        return lines
+    lines.append("\n### Python garbage collection (whole run)\n")
+    lines.append("| build | rank | gen: runs / objects collected | garbage per decode iteration |")
+    lines.append("|---|---|---|---|")
+    for r in sorted(with_gc, key=lambda r: (r["build"], r["rank"] if r["rank"] is not None else -1)):
+        gens = ", ".join(f"{g}: {v['runs']} / {v['collected']}" for g, v in r.get("gc", {}).items())
+        g = r.get("gc_garbage")
+        lines.append(f"| {os.path.basename(r['build'])} | {r['rank']} | {gens or '—'} | "
+                     f"{g['per_iteration'] if g else '—'} |")
+    for r in with_gc:
+        g = r.get("gc_garbage")
+        if not g:
+            continue
+        lines.append(f"\nfreed by the collector, {os.path.basename(r['build'])} rank {r['rank']}, "
+                     f"{g['objects']} objects over {g['iterations']} decode iterations:\n")
+        lines += [f"    {n:6d}  {k}" for k, n in g["kinds"][:top]]
+    return lines
 
 
 if __name__ == "__main__":

@@ -164,3 +164,59 @@ def test_garbage_collections_are_counted_in_the_open_iteration(tmp_path):
     f = times.report()["by_batch_size"]["2"]["functions"]
     assert f["(gc gen 2)"] == [1, 40.0]
     assert f["(gc gen 0)"][0] >= 1
+
+
+def test_collections_are_totalled_with_what_they_freed(tmp_path):
+    clock = Clock()
+    times = host_time.HostTimes(str(tmp_path), skip=0, clock=clock)
+    callback = host_time.time_gc(times)
+    try:
+        times.new_iteration(batch(1))
+        for collected in (3, 4):
+            callback("start", {"generation": 0})
+            callback("stop", {"generation": 0, "collected": collected})
+        times.new_iteration(batch(1))
+    finally:
+        import gc
+
+        gc.callbacks.remove(callback)
+    assert times.report()["gc"]["0"] == {"runs": 2, "collected": 7}
+
+
+class Cyclic:
+    """Each instance refers to itself: only the cycle collector frees it."""
+
+    def __init__(self):
+        self.me = self
+
+
+def test_garbage_window_names_what_a_step_leaves_to_the_collector(tmp_path):
+    import gc
+
+    times = host_time.HostTimes(str(tmp_path), skip=2, clock=Clock())
+    times.garbage = host_time.GarbageWindow(iterations=5)
+    try:
+        for i in range(12):
+            times.new_iteration(batch(3))
+            Cyclic()  # one cycle per step, freed only by the collector
+            [0] * 3  # freed by reference counting: never reaches the window
+    finally:
+        gc.set_debug(0)
+    summary = times.report()["gc_garbage"]
+    kinds = dict((k, n) for k, n in summary["kinds"])
+    # the window covers decode iterations 3..7 of the loop: 5 cycles
+    assert kinds[f"{__name__}.Cyclic"] == 5
+    assert summary["iterations"] == 5 and summary["objects"] >= 5
+    assert not any("list" in k for k in kinds)
+    assert gc.get_debug() == 0 and gc.garbage == []
+    table = host_time.table([dict(times.report(), build="/tmp/sp", rank=0)])
+    assert "Cyclic" in table and "garbage per decode iteration" in table
+
+
+def test_stream_wait_micro_says_it_needs_a_gpu():
+    micro = os.path.join(os.path.dirname(host_time.__file__), "stream_wait_micro.py")
+    res = subprocess.run([sys.executable, micro], capture_output=True, text=True, timeout=120,
+                         env=dict(os.environ, CUDA_VISIBLE_DEVICES=""))
+    assert res.returncode == 1
+    assert res.stderr.strip().splitlines() == [
+        "stream_wait_micro.py: needs a CUDA device (run it on the GPU machine)"]

@@ -106,3 +106,32 @@ def test_unpatched_future_map_is_left_alone(probe):
     module = SimpleNamespace(FutureMap=FutureMap)
     probe._instrument(module)
     assert FutureMap().resolve_seq_lens_cpu(None) == "base"
+
+
+def test_relay_counter_writes_its_file_now_and_then_not_every_step(probe, tmp_path):
+    """The counter's file must stay current on a killed server, but a write
+    per decode step is host work only the patched build would pay."""
+    import types
+
+    class FutureMap:
+        def resolve_seq_lens_cpu(self, batch):
+            batch.spec_info.future_indices.seq_lens_pending = False
+            batch.seq_lens_cpu = None
+
+        def _pull_seq_lens_cpu(self, *args):
+            return None
+
+    module = types.SimpleNamespace(FutureMap=FutureMap)
+    probe._instrument(module)
+    writes = []
+    real_dump = probe._dump
+    probe._dump = lambda: (writes.append(dict(probe._counts)), real_dump())
+    fm = FutureMap()
+    for _ in range(250):
+        fi = SimpleNamespace(seq_lens_pending=True, indices=SimpleNamespace(numel=lambda: 2))
+        fm.resolve_seq_lens_cpu(SimpleNamespace(spec_info=SimpleNamespace(future_indices=fi)))
+    assert probe._counts["relayed_resolves"] == 250
+    assert probe._counts["cpu_mirror_none"] == 250
+    assert [w["relayed_resolves"] for w in writes] == [1, 101, 201]
+    saved = json.loads((tmp_path / f"{os.getpid()}.json").read_text())
+    assert saved["relayed_resolves"] == 201
