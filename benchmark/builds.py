@@ -31,8 +31,11 @@ def detect_card():
 
 def parse_variant(spec):
     name, _, site = spec.partition("=")
-    if name not in results.VARIANTS:
-        raise SystemExit(f"unknown variant {name!r}: one of {results.VARIANTS}")
+    if not results.is_variant(name):
+        raise SystemExit(f"unknown variant {name!r}: one of {results.VARIANTS} "
+                         "or patched-through-NNNN")
+    if results.THROUGH.match(name) and not site:
+        raise SystemExit(f"{name} needs =SITE (a site with those patches applied)")
     return name, (os.path.abspath(site) if site else None)
 
 

@@ -9,9 +9,11 @@
 #     options for that server, e.g. "--piecewise disabled")
 #   - then `benchmark/e2e.py run` with the variants and options given
 #   - a variant patched-through-NNNN (e.g. patched-through-0002: patches 0001
-#     and 0002 only) is a site with the series' first patches applied; it runs
-#     first, as its own e2e run (variant name "patched", so its numbers never
-#     mix with the full series) -> through-NNNN.tgz
+#     and 0002 only) is a site with the series' first patches applied. With
+#     SIDE_BY_SIDE it is one more server of the comparison, under that name
+#     (bisecting the series: base, patched-through-0004, patched side by
+#     side); without, it runs first, as its own e2e run (variant name
+#     "patched", so its numbers never mix with the full series) -> through-NNNN.tgz
 #   - HOST_TIME=1: every build under test loads the host-time probe
 #     (benchmark/probes/host_time.py: host wall time per scheduler iteration,
 #     by function, per rank) -> host-time.tgz and a side-by-side table in
@@ -58,7 +60,13 @@ for v in ${VARIANTS//,/ }; do
       n=${v#patched-through-}
       kit_install "$KIT" /tmp/sb 0.5.12.post1 || exit 3
       patched_site /tmp/sb "/tmp/sp-$n" "$n" || exit 4
-      partial+=("$n") ;;
+      # side by side: a server beside the others, under its own name (a
+      # bisection of the series in one comparison); else a run of its own
+      if [ -n "$SIDE_BY_SIDE" ]; then
+        args+=(--variant "$v=/tmp/sp-$n" --no-apply)
+      else
+        partial+=("$n")
+      fi ;;
     *) echo "unknown variant $v" >&2; exit 2 ;;
   esac
 done
@@ -72,7 +80,7 @@ if [ "$HOST_TIME" = 1 ]; then
   rm -rf /tmp/probe-host && mkdir -p /tmp/probe-host
   for i in "${!args[@]}"; do
     case ${args[$i]} in
-      *=/tmp/s[bpu])
+      *=/tmp/s[bpu] | *=/tmp/sp-[0-9]*)
         probe_site "${args[$i]#*=}" "${args[$i]#*=}-probe" || exit 4
         args[$i]=${args[$i]}-probe ;;
     esac

@@ -46,6 +46,7 @@ sys.path.insert(0, HERE)
 
 import report  # noqa: E402
 import results  # noqa: E402
+from builds import parse_variant  # noqa: E402
 from run import cmd_run  # noqa: E402
 from sweep import cmd_sweep  # noqa: E402
 
@@ -200,6 +201,8 @@ def main(argv=None):
         ap.error("--side-by-side needs --max-total-tokens: each server's KV pool "
                  "must be fixed, or the first to start takes the whole GPU")
     if a.cmd == "run":
+        for spec in a.variant or ():
+            parse_variant(spec)  # a bad name fails here, before any model is built
         return cmd_run(a)
     if a.cmd == "sweep":
         return cmd_sweep(a)

@@ -105,7 +105,7 @@ def setting(r):
 
 def runs_section(data):
     rows = []
-    for r in sorted(data["runs"], key=lambda r: (results.VARIANTS.index(r["variant"]),
+    for r in sorted(data["runs"], key=lambda r: (results.variant_order(r["variant"]),
                                                  setting(r), r["concurrency"])):
         reps = " / ".join(f"{s['tpot_ms']:.3f}" for s in r.get("samples", []))
         rows.append([setting(r), r["concurrency"], r["tpot_ms_median"], r["tpot_ms_spread"],
@@ -222,7 +222,7 @@ def render(data, source):
 def what_it_holds(data):
     runs = data.get("runs", [])
     builds = sorted({r["variant"] for r in runs} | {g["variant"] for g in data.get("greedy_runs", [])},
-                    key=results.VARIANTS.index)
+                    key=results.variant_order)
     conc = sorted({r["concurrency"] for r in runs})
     greedy = data.get("greedy_equivalence", [])
     return [", ".join(builds) or "—",

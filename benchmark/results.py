@@ -19,6 +19,21 @@ GREEDY_KEY = ("variant", "attention_backend", "overlap", "piecewise_cuda_graph",
 # key fields that older results files lack, and the value they then mean
 KEY_DEFAULTS = {"tp": 1, "rank": 0, "disaggregation": None}
 VARIANTS = ("base", "patched", "upstream-0.5.13")
+# A site with only the series' first NNNN patches, measured beside the others
+# (device_compare.sh with SIDE_BY_SIDE): a bisection of the series.
+THROUGH = re.compile(r"patched-through-(\d{4})$")
+
+
+def is_variant(name):
+    return name in VARIANTS or bool(THROUGH.match(str(name)))
+
+
+def variant_order(name):
+    """Sort key: base, the partial series by length, patched, upstream."""
+    m = THROUGH.match(str(name))
+    if m:
+        return (1, int(m.group(1)))
+    return (VARIANTS.index(name) * 2 if name in VARIANTS else 9, 0)
 
 
 def card_slug(card):
@@ -206,7 +221,7 @@ def validate(data):
         need(data, k, str, "top")
     for i, r in enumerate(data["runs"]):
         w = f"runs[{i}]"
-        if r.get("variant") not in VARIANTS:
+        if not is_variant(r.get("variant")):
             raise ValueError(f"{w}: variant {r.get('variant')!r}")
         if r.get("speculative") not in ("EAGLE3", "none"):
             raise ValueError(f"{w}: speculative {r.get('speculative')!r}")

@@ -271,7 +271,8 @@ def serve_group(st, a, group, target, draft, vocab):
                                  max_total_tokens=a.max_total_tokens,
                                  extra=server_extra_args(a))
             st.log(f"launch {m.tag}: {' '.join(cmd[1:])}")
-            m.srv = Server(cmd, m.env, os.path.join(a.work_dir, f"server-{m.tag}.log"))
+            m.srv = Server(cmd, m.env, os.path.join(a.work_dir, f"server-{m.tag}.log"),
+                           start_timeout=start_timeout(st))
             stack.callback(m.srv.__exit__)
             m.srv.launch()
             if i + 1 < len(group):
@@ -389,6 +390,14 @@ def fault_check(st, a, m, vocab):
     if not alive:
         st.errors.append(f"faults {m.tag}: server not alive after the storm and idle pause")
     st.write()
+
+
+def start_timeout(st, longest=900, margin=20):
+    """Seconds a server may take to start: at most `longest`, and never past
+    the call's deadline less `margin`, so a start-up that hangs (seen: four
+    TP=4 servers side by side on four GPUs, none ready after nine minutes)
+    still leaves time to write the results and the logs."""
+    return max(10.0, min(longest, st.time_left() - margin))
 
 
 def profile_order(members, a):

@@ -12,7 +12,8 @@ given rid, streamed or not; an aborted stream ends with an abort
 finish_reason and [DONE]; /v1/loads answers between two steps.  Environment:
 FAKE_TOKEN_S, seconds per generated token (all requests step under one
 lock, like one scheduler); FAKE_STALL_S, the whole server stalls that long
-when the first streamed request arrives.
+when the first streamed request arrives; FAKE_START_S, seconds before the
+server starts listening.
 """
 
 import json
@@ -179,6 +180,7 @@ LAUNCH_SERVER = textwrap.dedent('''
         print("[2026-11-26 10:00:00 TP0] sglpatch: patches 0001-0008 applied by sglpatch "
               "0.2.0; per-step seq_lens host pull off: every attention backend of the "
               "decode step reads device lengths", flush=True)
+    time.sleep(float(os.environ.get("FAKE_START_S") or 0))  # a slow (or hung) start-up
     http.server.ThreadingHTTPServer.request_queue_size = 256  # a storm connects at once
     srv = http.server.ThreadingHTTPServer(("127.0.0.1", port), H)
     note("up")

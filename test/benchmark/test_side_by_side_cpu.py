@@ -135,3 +135,57 @@ def test_default_backend_launches_without_the_flag(tmp_path):
     with_flag = [a[a.index("--attention-backend") + 1] for a in argvs if "--attention-backend" in a]
     assert len(argvs) == 4 and with_flag == ["triton", "triton"]
     assert sorted({r["attention_backend"] for r in data["runs"]}) == ["default", "triton"]
+
+
+def test_a_partial_series_is_one_more_server_of_the_comparison(tmp_path):
+    """Bisecting the series: base, patched-through-0004 and upstream side by
+    side, each under its own name in the results and ordered by build."""
+    sys.path.insert(0, os.path.join(os.path.dirname(E2E)))
+    import report
+    import results
+
+    events, data = _run(tmp_path, "--side-by-side", "--max-total-tokens", "12345",
+                        "--concurrency", "1", variants=("base", "patched-through-0004",
+                                                        "upstream-0.5.13"))
+    ups = [e for e in events if e["event"] == "up"]
+    assert len(ups) == 3
+    assert max(e["t"] for e in ups) < min(e["t"] for e in events if e["event"] == "down")
+    names = {r["variant"] for r in data["runs"]}
+    assert names == {"base", "patched-through-0004", "upstream-0.5.13"}
+    results.validate(data)
+    text = "\n".join(report.runs_section(data))
+    at = [text.index(f"| {v} ") for v in ("base", "patched-through-0004", "upstream-0.5.13")]
+    assert at == sorted(at)
+
+
+def test_a_partial_series_needs_its_site_and_a_four_digit_count(tmp_path):
+    for spec, msg in (("patched-through-0004", "needs =SITE"),
+                      ("patched-through-4=/x", "unknown variant")):
+        res = subprocess.run([sys.executable, E2E, "run", "--variant", spec],
+                             capture_output=True, text=True, timeout=60)
+        assert res.returncode != 0 and msg in res.stderr + res.stdout, res.stderr
+
+
+def test_a_start_up_that_outlives_the_deadline_is_given_up_in_time(tmp_path):
+    """A device call is killed at its limit with nothing returned: servers
+    that never become ready must fail before --deadline-s, leaving the
+    results file and its errors."""
+    import json
+    import time
+
+    from standin_sglang import make_site
+
+    site = make_site(tmp_path)
+    out = tmp_path / "out"
+    env = dict(os.environ, FAKE_JOURNAL=str(tmp_path / "j.jsonl"), FAKE_START_S="300",
+               PYTHONPATH=site)
+    t0 = time.time()
+    res = subprocess.run([sys.executable, E2E, "run", "--variant", f"base={site}",
+                          "--preset", "tiny", "--speculative", "none", "--piecewise", "default",
+                          "--concurrency", "1", "--card", "FAKE", "--deadline-s", "70",
+                          "--work-dir", str(tmp_path / "work"), "--out-dir", str(out)],
+                         env=env, capture_output=True, text=True, timeout=110)
+    assert time.time() - t0 < 70, res.stdout[-2000:]
+    (path,) = [p for p in out.iterdir() if p.suffix == ".json"]
+    errors = json.loads(path.read_text())["errors"]
+    assert any("not ready" in e for e in errors), errors
