@@ -169,3 +169,27 @@ def test_fault_runs_truth_counts_in_docs_match_the_server_lines():
     started = [x for x in lines if "sglpatch: patches 0001-0008" in x]
     assert sorted(x.split("/")[0] for x in started) == ["disagg", "tp1", "tp2"]
     assert all("per-step seq_lens host pull off" in x for x in started)
+
+
+def test_default_backend_claim_matches_its_results():
+    text = readme()
+    m = re.search(r"base ([\d.]+) and ([\d.]+) at concurrency 1, ([\d.]+) at 8 and ([\d.]+) at 32",
+                  text)
+    assert m, "the default-backend sentence is gone"
+    data = load("2026-11-26-h100-default-backend-fa3")
+    assert data["card"].startswith("NVIDIA H100")
+    runs = {(r["variant"], r["concurrency"]): r for r in data["runs"]}
+    assert {r["attention_backend"] for r in data["runs"]} == {"default"}
+    # each repeat of c=1 on its own, then the single repeat of c=8 and c=32
+    base1 = [s["tpot_ms"] for s in runs[("base", 1)]["samples"]]
+    patched1 = [s["tpot_ms"] for s in runs[("patched", 1)]["samples"]]
+    assert [round(p / b, 2) for p, b in zip(patched1, base1)] == [float(m.group(1)),
+                                                                 float(m.group(2))]
+    for c, claimed in ((8, m.group(3)), (32, m.group(4))):
+        assert runs[("patched", c)]["repeats"] == 1
+        ratio = runs[("patched", c)]["tpot_ms_median"] / runs[("base", c)]["tpot_ms_median"]
+        assert round(ratio, 2) == float(claimed)
+    # the patched server said why it keeps the host pull
+    said = [s.get("sglpatch_line", "") for s in data["server_starts"]]
+    assert any("host pull on: FlashAttentionBackend" in s for s in said)
+    assert len({g["sha256"] for g in data["greedy_runs"]}) == 1
