@@ -4,6 +4,7 @@ iterations after the skip are kept per batch size with the wrapped
 functions' calls and time, methods, classmethods and module functions are
 wrapped, and a build that lacks a target is left alone."""
 
+import contextlib
 import importlib.util
 import json
 import os
@@ -145,13 +146,24 @@ def test_sitecustomize_loads_host_time_beside_the_relay_counter(tmp_path, monkey
     assert set(host_time.TARGETS) <= set(hooks)
 
 
-def test_garbage_collections_are_counted_in_the_open_iteration(tmp_path):
+@contextlib.contextmanager
+def timed_collections(tmp_path):
+    """(clock, times, gc callback) with the callback installed; removed after."""
     import gc
 
     clock = Clock()
     times = host_time.HostTimes(str(tmp_path), skip=0, clock=clock)
     callback = host_time.time_gc(times)
     try:
+        yield clock, times, callback
+    finally:
+        gc.callbacks.remove(callback)
+
+
+def test_garbage_collections_are_counted_in_the_open_iteration(tmp_path):
+    import gc
+
+    with timed_collections(tmp_path) as (clock, times, callback):
         times.new_iteration(batch(2))
         callback("start", {"generation": 2})
         clock.tick(40)
@@ -159,27 +171,18 @@ def test_garbage_collections_are_counted_in_the_open_iteration(tmp_path):
         gc.collect(0)  # a real collection is counted too, as gen 0
         clock.tick(10)
         times.new_iteration(batch(2))
-    finally:
-        gc.callbacks.remove(callback)
     f = times.report()["by_batch_size"]["2"]["functions"]
     assert f["(gc gen 2)"] == [1, 40.0]
     assert f["(gc gen 0)"][0] >= 1
 
 
 def test_collections_are_totalled_with_what_they_freed(tmp_path):
-    clock = Clock()
-    times = host_time.HostTimes(str(tmp_path), skip=0, clock=clock)
-    callback = host_time.time_gc(times)
-    try:
+    with timed_collections(tmp_path) as (_, times, callback):
         times.new_iteration(batch(1))
         for collected in (3, 4):
             callback("start", {"generation": 0})
             callback("stop", {"generation": 0, "collected": collected})
         times.new_iteration(batch(1))
-    finally:
-        import gc
-
-        gc.callbacks.remove(callback)
     assert times.report()["gc"]["0"] == {"runs": 2, "collected": 7}
 
 
