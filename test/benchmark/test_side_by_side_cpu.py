@@ -140,7 +140,7 @@ def test_default_backend_launches_without_the_flag(tmp_path):
 def test_a_partial_series_is_one_more_server_of_the_comparison(tmp_path):
     """Bisecting the series: base, patched-through-0004 and upstream side by
     side, each under its own name in the results and ordered by build."""
-    sys.path.insert(0, os.path.join(os.path.dirname(E2E)))
+    sys.path.insert(0, os.path.dirname(E2E))  # the harness modules
     import report
     import results
 
