@@ -253,8 +253,13 @@ def server_groups(members, side_by_side):
 
 def bench_order(members, repeats, concurrency):
     """(rep, c, member) in the order they are measured: round robin over
-    the concurrencies, and within one (rep, c) over the servers."""
-    return [(rep, c, m) for rep in range(repeats) for c in concurrency for m in members]
+    the concurrencies, and within one (rep, c) over the servers, in the
+    call's order on even repeats and reversed on odd ones. Side by side,
+    the first server of a turn is the one just woken from its idle sleep
+    and the one whose neighbour has not run yet; alternating the order
+    keeps that place from belonging to one build (base, listed first)."""
+    return [(rep, c, m) for rep in range(repeats) for c in concurrency
+            for m in (members if rep % 2 == 0 else members[::-1])]
 
 
 def serve_group(st, a, group, target, draft, vocab):

@@ -24,10 +24,14 @@ def test_side_by_side_servers_overlap_and_repeats_interleave(tmp_path):
         assert argv[argv.index("--max-total-tokens") + 1] == "12345"
         # an idle server must not busy-poll beside the one being measured
         assert "--sleep-on-idle" in argv
-    # the bench points alternate between the two servers at every (rep, c)
+    # the bench points alternate between the two servers at every (rep, c),
+    # the call's order on the first repeat and reversed on the second, so
+    # neither build is always measured first
     ports = [e["port"] for e in events if e["event"] == "bench"]
     assert len(ports) == 2 * 2 * 2
-    assert all(a != b for a, b in zip(ports, ports[1:]))
+    first, second = ports[0], ports[1]
+    assert first != second
+    assert ports == [first, second] * 2 + [second, first] * 2
     concs = [e["concurrency"] for e in events if e["event"] == "bench"]
     assert concs == [1, 1, 4, 4, 1, 1, 4, 4]
     runs = {(r["variant"], r["concurrency"]): r for r in data["runs"]}
