@@ -125,6 +125,8 @@ class Run:
                           "min_seconds": self.a.min_seconds, "seed": self.a.seed,
                           "dataset": "random-ids", "runner": self.runner.mode,
                           "side_by_side": self.a.side_by_side,
+                          # the servers' order within each (repeat, c): bench_order
+                          "turn": "alternating" if self.a.side_by_side else None,
                           "max_total_tokens": self.a.max_total_tokens,
                           "debug_env": debug_env()}}
         if self.errors:

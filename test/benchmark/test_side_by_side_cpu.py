@@ -41,6 +41,7 @@ def test_side_by_side_servers_overlap_and_repeats_interleave(tmp_path):
     # each variant's numbers came from its own server (TPOT encodes the port)
     assert runs[("base", 1)]["tpot_ms_median"] != runs[("upstream-0.5.13", 1)]["tpot_ms_median"]
     assert data["bench"]["side_by_side"] is True and data["bench"]["max_total_tokens"] == 12345
+    assert data["bench"]["turn"] == "alternating"
     starts = data["server_starts"]
     assert [s["side_by_side"] for s in starts] == [2, 2]
 

@@ -318,9 +318,12 @@ def test_ctrl_c_while_waiting_is_exit_130_in_one_line(pristine):
 
     before = snapshot(pristine)
     with package_lock(pristine, exclusive=True):
+        # A shell's background job inherits SIGINT ignored; a user's Ctrl-C
+        # reaches a foreground sglpatch with the default disposition.
         proc = subprocess.Popen(
             [sys.executable, "-m", "sglpatch", "apply", "--sglang-dir", str(pristine)],
-            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
         time.sleep(1.5)  # started, and waiting for the lock
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=30)
