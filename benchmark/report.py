@@ -119,6 +119,25 @@ def runs_section(data):
             "c = concurrency; pcg = piecewise CUDA graph.", "", table(header, rows)]
 
 
+def paired_section(data):
+    """Side by side only: each build over base in the same repeat."""
+    if not (data.get("bench") or {}).get("side_by_side"):
+        return []
+    pairs = results.paired_ratios(data)
+    if not pairs:
+        return []
+    rows = [[setting(e), e["concurrency"], " / ".join(f"{x:.2f}" for x in e["ratios"]),
+             e["median"], f"{e['below_1']} of {len(e['ratios'])}", e["paired_by"]]
+            for e in sorted(pairs, key=lambda e: (results.variant_order(e["variant"]),
+                                                  setting(e), e["concurrency"]))]
+    header = ["setting", "c", "TPOT / base's, per repeat", "median", "below 1.00", "paired by"]
+    return ["## Paired repeats", "",
+            "Each build's TPOT over base's in the same repeat: the servers ran side by side "
+            "and were measured in turn, so a repeat's pair shares the machine's moment. "
+            "Paired by repeat number, or by position in files that predate it.", "",
+            table(header, rows)]
+
+
 PROFILE_COLUMNS = (
     ("c", "concurrency"), ("tp", "tp"), ("rank", "rank"), ("forwards", "steps"),
     ("forward µs", "window_us_per_step"), ("GPU busy µs", "gpu_busy_us_per_step"),
@@ -194,6 +213,9 @@ def render(data, source):
         out += [""] + render_value("Notes", data["notes"], level=2)
     if data["runs"]:
         out += [""] + runs_section(data)
+        paired = paired_section(data)
+        if paired:
+            out += [""] + paired
     for key, title in (("greedy_equivalence", "Greedy equivalence (EAGLE3 vs no speculation)"),
                        ("greedy_runs", "Greedy outputs per server")):
         if data.get(key):

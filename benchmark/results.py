@@ -125,6 +125,9 @@ def pool(old, new, label):
     new = dict(new)
     for field in PER_CALL:
         new[field] = [dict(e, call=label) for e in new.get(field, [])]
+    # each repeat says which call made it, so repeats pair up across builds
+    new["runs"] = [dict(r, samples=[dict(x, call=label) for x in r.get("samples", [])])
+                   for r in new.get("runs", [])]
     if old is None:
         out = dict(new)
         out["runs"] = [dict(r, calls=[label]) for r in new.get("runs", [])]
@@ -148,6 +151,46 @@ def pool(old, new, label):
     for field in PER_CALL:
         out[field] = old.get(field, []) + new[field]
     out["greedy_equivalence"] += equivalence_by_digest(out, new_label=label)
+    return out
+
+
+def _pair_keys(samples):
+    """How a point's repeats line up with another build's: by (call, rep)
+    where every sample says which repeat it was, else by position (older
+    files: each build's samples are in repeat order, pooled calls one after
+    the other)."""
+    if samples and all("rep" in x for x in samples):
+        return [(x.get("call"), x["rep"]) for x in samples], "repeat"
+    return list(range(len(samples))), "position"
+
+
+def paired_ratios(data, base="base"):
+    """For a side-by-side run: each other build's TPOT over base's in the
+    same repeat of the same point. Servers measured in turn share the
+    machine's slow and fast moments within a repeat, so these ratios vary
+    less than the ratio of medians when the machine drifts. One dict per
+    (build, point): variant, concurrency, the point's other key fields,
+    ratios (in repeat order), median, below_1 (how many), paired_by."""
+    point = [f for f in RUN_KEY if f != "variant"]
+    bases = {_key(r, point): r for r in data.get("runs", []) if r["variant"] == base}
+    out = []
+    for r in data.get("runs", []):
+        b = bases.get(_key(r, point))
+        if r["variant"] == base or b is None:
+            continue
+        keys, how = _pair_keys(r.get("samples", []))
+        bkeys, bhow = _pair_keys(b.get("samples", []))
+        if how != bhow:  # one build's file is older: fall back to positions
+            keys, bkeys, how = list(range(len(keys))), list(range(len(bkeys))), "position"
+        theirs = dict(zip(bkeys, b.get("samples", [])))
+        ratios = [round(x["tpot_ms"] / theirs[k]["tpot_ms"], 4)
+                  for k, x in zip(keys, r.get("samples", [])) if k in theirs]
+        if not ratios:
+            continue
+        entry = {f: r.get(f, KEY_DEFAULTS.get(f)) for f in RUN_KEY}
+        entry.update(ratios=ratios, median=round(statistics.median(ratios), 4),
+                     below_1=sum(x < 1 for x in ratios), paired_by=how)
+        out.append(entry)
     return out
 
 

@@ -471,6 +471,7 @@ def bench_point(st, a, m, rep, c, target, vocab):
         sample, _ = run_bench(st.runner, srv, m.env, a, target, c, m.nprompts[c], out)
         m.nprompts[c] = sizing.grown(m.nprompts[c], c, sample.get("duration_s") or 0,
                                      a.min_seconds)
+    sample["rep"] = rep  # pairs it with the other builds' same repeat (results.paired_ratios)
     st.samples.setdefault(m.run_key(c), []).append(sample)
     st.log(f"  {m.tag} rep {rep} c={c}: TPOT {sample['tpot_ms']:.3f} ms ITL "
            f"{sample['itl_ms']:.3f} ms {sample['output_tok_per_s']:.0f} tok/s "

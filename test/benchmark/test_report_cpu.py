@@ -14,6 +14,7 @@ RESULTS = os.path.join(BENCH, "results")
 sys.path.insert(0, BENCH)
 
 import report  # noqa: E402
+import results  # noqa: E402
 
 JSONS = sorted(n for n in os.listdir(RESULTS) if n.endswith(".json"))
 HINT = "re-render: python benchmark/e2e.py report benchmark/results/*.json --index benchmark/results"
@@ -68,3 +69,25 @@ def test_report_command_writes_the_page(tmp_path):
                           "--md", str(out)], capture_output=True, text=True)
     assert res.returncode == 0, res.stderr
     assert out.read_text() == read(src[:-5] + ".md")
+
+
+def _point(variant, tpots, reps):
+    samples = [{"tpot_ms": t, "itl_ms": t, "output_tok_per_s": 1.0, "accept_length": 2.9,
+                "rep": r} for t, r in zip(tpots, reps)]
+    run = {"variant": variant, "attention_backend": "triton", "speculative": "EAGLE3",
+           "overlap": True, "piecewise_cuda_graph": True, "concurrency": 8, "tp": 2,
+           "samples": samples}
+    run.update(results.summarize_point(samples))
+    return run
+
+
+def test_side_by_side_page_pairs_each_repeat_with_base():
+    data = {"card": "GPU", "date": "2026-11-26", "model_preset": "small",
+            "bench": {"side_by_side": True}, "greedy_equivalence": [],
+            "runs": [_point("base", [2.0, 4.0], [0, 1]), _point("patched", [3.0, 2.4], [1, 0])]}
+    page = report.render(data, "x.json")
+    section = page.split("## Paired repeats", 1)[1]
+    assert "| patched EAGLE3 triton pcg tp2 | 8 | 0.75 / 1.20 | 0.975 | 1 of 2 | repeat |" in section
+    # measured one server at a time, repeats share no moment: no such section
+    data["bench"]["side_by_side"] = False
+    assert "## Paired repeats" not in report.render(data, "x.json")

@@ -225,3 +225,45 @@ def test_tensor_parallel_size_is_part_of_a_runs_key():
     assert "tp2" in results.table(_data([tp2])) and "tp" not in results.table(_data([tp1])).split("\n", 1)[1]
     with pytest.raises(ValueError, match="tp"):
         results.validate(_data([dict(tp1, tp="2")]))
+
+
+def _with_reps(run, reps):
+    run = dict(run)
+    run["samples"] = [dict(x, rep=r) for x, r in zip(run["samples"], reps)]
+    return run
+
+
+def test_paired_ratios_pair_each_repeat_with_bases_same_repeat():
+    # a deadline cut patched's third repeat; the servers' turn alternated, so
+    # patched's repeats are not in the same places as base's
+    base = _with_reps(_sampled("base", [2.0, 1.0, 4.0]), [0, 1, 2])
+    patched = _with_reps(_sampled("patched", [1.0, 1.8]), [1, 0])
+    other = _sampled("base", [3.0], c=8)  # no patched point at c=8: no pair
+    (entry,) = results.paired_ratios(_data([base, patched, other]))
+    assert (entry["variant"], entry["concurrency"], entry["paired_by"]) == ("patched", 1, "repeat")
+    assert entry["ratios"] == [1.0, 0.9]  # 1.0/1.0 (rep 1), 1.8/2.0 (rep 0)
+    assert entry["median"] == 0.95 and entry["below_1"] == 1
+
+
+def test_paired_ratios_of_older_files_go_by_position():
+    base, patched = _sampled("base", [2.0, 1.0]), _sampled("patched", [1.0, 1.5])
+    (entry,) = results.paired_ratios(_data([base, patched]))
+    assert entry["paired_by"] == "position" and entry["ratios"] == [0.5, 1.5]
+    # one file with repeat numbers, one without: positions for both
+    (mixed,) = results.paired_ratios(_data([_with_reps(base, [0, 1]), patched]))
+    assert mixed["paired_by"] == "position" and mixed["ratios"] == [0.5, 1.5]
+
+
+def test_pooled_calls_pair_repeats_within_their_own_call():
+    # call 1 lost patched's second repeat to its deadline; by position,
+    # patched's call-2 repeat 0 would meet base's call-1 repeat 1
+    one = _data([_with_reps(_sampled("base", [1.0, 5.0]), [0, 1]),
+                 _with_reps(_sampled("patched", [0.9]), [0])])
+    two = _data([_with_reps(_sampled("base", [2.0, 2.0]), [0, 1]),
+                 _with_reps(_sampled("patched", [1.8, 2.2]), [0, 1])])
+    data = results.pool(results.pool(None, one, "pair0"), two, "pair1")
+    patched = [r for r in data["runs"] if r["variant"] == "patched"][0]
+    assert [x["call"] for x in patched["samples"]] == ["pair0", "pair1", "pair1"]
+    (entry,) = results.paired_ratios(data)
+    assert entry["ratios"] == [0.9, 0.9, 1.1] and entry["below_1"] == 2
+    results.validate(data)

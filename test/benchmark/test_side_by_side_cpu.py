@@ -11,6 +11,9 @@ import sys
 
 from standin_sglang import E2E, run_e2e as _run
 
+sys.path.insert(0, os.path.join(os.path.dirname(E2E)))
+import results  # noqa: E402
+
 
 def test_side_by_side_servers_overlap_and_repeats_interleave(tmp_path):
     events, data = _run(tmp_path, "--side-by-side", "--max-total-tokens", "12345")
@@ -42,6 +45,12 @@ def test_side_by_side_servers_overlap_and_repeats_interleave(tmp_path):
     assert runs[("base", 1)]["tpot_ms_median"] != runs[("upstream-0.5.13", 1)]["tpot_ms_median"]
     assert data["bench"]["side_by_side"] is True and data["bench"]["max_total_tokens"] == 12345
     assert data["bench"]["turn"] == "alternating"
+    # each repeat says which it was, so a build's repeat pairs with base's same one
+    assert all([x["rep"] for x in r["samples"]] == [0, 1] for r in runs.values())
+    pairs = {e["concurrency"]: e for e in results.paired_ratios(data)}
+    assert sorted(pairs) == [1, 4] and all(e["paired_by"] == "repeat" for e in pairs.values())
+    up, base = runs[("upstream-0.5.13", 1)]["samples"], runs[("base", 1)]["samples"]
+    assert pairs[1]["ratios"] == [round(u["tpot_ms"] / b["tpot_ms"], 4) for u, b in zip(up, base)]
     starts = data["server_starts"]
     assert [s["side_by_side"] for s in starts] == [2, 2]
 

@@ -158,6 +158,31 @@ def test_benchmark_readme_deployment_rows_match_their_results():
         assert [round(x, 2) for x in ratios] == [float(x) for x in m.groups()]
 
 
+def test_tensor_parallel_paired_repeats_claim():
+    consistent = {}
+    for stem in TP_CALLS:
+        for e in report.results.paired_ratios(load(stem)):
+            if e["below_1"] in (0, len(e["ratios"])):
+                consistent[(stem, e["concurrency"])] = e
+
+    def says(stem, c):
+        e = consistent.pop((stem, c))
+        lo, hi = round(min(e["ratios"]), 2), round(max(e["ratios"]), 2)
+        return len(e["ratios"]), f"{lo:.2f} to {hi:.2f}", e["below_1"] > 0
+
+    n1, r1, fast1 = says("2026-11-26-h100x4-tp4-eagle3", 1)
+    n2, r2, fast2 = says("2026-11-26-h100x4-tp4-eagle3-alternating", 8)
+    n3, r3, fast3 = says("2026-11-26-h100x4-tp2-eagle3-alternating", 1)
+    n4, r4, fast4 = says("2026-11-26-h100x4-tp2-eagle3-alternating", 32)
+    assert not consistent, f"cells the README does not name: {sorted(consistent)}"
+    assert (fast1, fast2, fast3, fast4) == (False, False, True, True) and n3 == n4
+    expected = (f"four cells hold in every repeat: patched is slower at TP=4, concurrency 1, in "
+                f"the base-first call ({n1} of {n1}, {r1}) and at TP=4, concurrency 8, in the "
+                f"alternating one ({n2} of {n2}, {r2}), and faster at TP=2, concurrency 1 and 32, "
+                f"in the alternating call ({n3} of {n3}, {r3} and {r4}).")
+    assert expected in readme()
+
+
 def test_tensor_parallel_warning_covers_the_measured_range():
     m = re.search(r"with tensor parallelism \(TP=2, TP=4\) it is not shown\*\*: four side-by-side "
                   r"calls put patched / base between ([\d.]+) and ([\d.]+)", readme())
