@@ -183,6 +183,24 @@ def test_tensor_parallel_paired_repeats_claim():
     assert expected in readme()
 
 
+def test_fa3_bounded_fill_claim_matches_its_results():
+    m = re.search(r"greedy output still equal to base, the host-truth check 0 of (\d+) "
+                  r"\(2026-11-26-h100-fa3-bounded-fill-checks\), and patched / base ([\d.]+) / "
+                  r"([\d.]+) / ([\d.]+) with only (\d) / (\d) / (\d) repeats", readme())
+    assert m, "the bounded-fill sentence is gone"
+    (run,) = load("2026-11-26-h100-fa3-bounded-fill-checks")["greedy_runs"]
+    assert (run["seq_lens_truth_checks"], run["seq_lens_truth_violations"]) == (int(m.group(1)), 0)
+    assert run["prompts_off_constructed_f"] == 0 and run["attention_backend"] == "default"
+    data = load("2026-11-26-h100-default-backend-fa3-bounded-fill")
+    ratios, runs = tp_ratios(data)
+    assert [round(x, 2) for x in ratios] == [float(x) for x in m.groups()[1:4]]
+    repeats = [min(runs[("base", c)]["repeats"], runs[("patched", c)]["repeats"]) for c in (1, 8, 32)]
+    assert repeats == [int(x) for x in m.groups()[4:]]
+    assert len({g["sha256"] for g in data["greedy_runs"]}) == 1
+    assert all("patches 0001-0009" in x.get("sglpatch_line", "") for x in data["server_starts"]
+               if x["setting"].startswith("patched"))
+
+
 def test_tensor_parallel_warning_covers_the_measured_range():
     m = re.search(r"with tensor parallelism \(TP=2, TP=4\) it is not shown\*\*: four side-by-side "
                   r"calls put patched / base between ([\d.]+) and ([\d.]+)", readme())
