@@ -103,10 +103,15 @@ def setting(r):
     return " ".join(p for p in parts if p)
 
 
+def point_order(r):
+    """Sort key of a measured point (a run, or its paired ratios): build,
+    then setting, then concurrency."""
+    return results.variant_order(r["variant"]), setting(r), r["concurrency"]
+
+
 def runs_section(data):
     rows = []
-    for r in sorted(data["runs"], key=lambda r: (results.variant_order(r["variant"]),
-                                                 setting(r), r["concurrency"])):
+    for r in sorted(data["runs"], key=point_order):
         reps = " / ".join(f"{s['tpot_ms']:.3f}" for s in r.get("samples", []))
         rows.append([setting(r), r["concurrency"], r["tpot_ms_median"], r["tpot_ms_spread"],
                      reps or None, r["itl_ms_median"], r["output_tok_per_s"],
@@ -128,8 +133,7 @@ def paired_section(data):
         return []
     rows = [[setting(e), e["concurrency"], " / ".join(f"{x:.2f}" for x in e["ratios"]),
              e["median"], f"{e['below_1']} of {len(e['ratios'])}", e["paired_by"]]
-            for e in sorted(pairs, key=lambda e: (results.variant_order(e["variant"]),
-                                                  setting(e), e["concurrency"]))]
+            for e in sorted(pairs, key=point_order)]
     header = ["setting", "c", "TPOT / base's, per repeat", "median", "below 1.00", "paired by"]
     return ["## Paired repeats", "",
             "Each build's TPOT over base's in the same repeat: the servers ran side by side "

@@ -166,9 +166,9 @@ def _pair_keys(samples):
 
 def paired_ratios(data, base="base"):
     """For a side-by-side run: each other build's TPOT over base's in the
-    same repeat of the same point. Servers measured in turn share the
-    machine's slow and fast moments within a repeat, so these ratios vary
-    less than the ratio of medians when the machine drifts. One dict per
+    same repeat of the same point. The servers of a repeat are measured one
+    after the other, so a pair cancels the machine's drift from one repeat
+    to the next, not its noise within one. One dict per
     (build, point): variant, concurrency, the point's other key fields,
     ratios (in repeat order), median, below_1 (how many), paired_by."""
     point = [f for f in RUN_KEY if f != "variant"]
