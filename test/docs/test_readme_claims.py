@@ -225,6 +225,26 @@ def test_fa3_bounded_fill_repeats_claim_matches_its_results():
                if x["setting"].startswith("patched"))
 
 
+def test_flashinfer_claim_matches_its_results():
+    m = re.search(r"\(2026-11-26-h100-flashinfer-eagle3\) got one repeat a point before its "
+                  r"deadline, as compiling flashinfer's kernels took the two servers (\d+) s and "
+                  r"(\d+) s to start: patched / base ([\d.]+) at concurrency 1, ([\d.]+) at 8 and "
+                  r"([\d.]+) at 32, greedy output equal", readme())
+    assert m, "the flashinfer sentence is gone"
+    data = load("2026-11-26-h100-flashinfer-eagle3")
+    assert data["card"].startswith("NVIDIA H100")
+    starts = sorted(round(x["start_s"]) for x in data["server_starts"])
+    assert starts == [int(m.group(1)), int(m.group(2))]
+    ratios, runs = tp_ratios(data)
+    assert [round(x, 2) for x in ratios] == [float(x) for x in m.groups()[2:]]
+    assert all(r["attention_backend"] == "flashinfer" for r in runs.values())
+    assert min(runs[("base", c)]["repeats"] for c in (1, 8, 32)) == 1  # "one repeat"
+    assert len({g["sha256"] for g in data["greedy_runs"]}) == 1
+    (line,) = [x["sglpatch_line"] for x in data["server_starts"]
+               if x["setting"].startswith("patched")]
+    assert "host pull on: FlashInferAttnBackend" in line
+
+
 def test_tensor_parallel_warning_covers_the_measured_range():
     m = re.search(r"with tensor parallelism \(TP=2, TP=4\) it is not shown\*\*: five side-by-side "
                   r"calls put patched / base between ([\d.]+) and ([\d.]+)", readme())
