@@ -118,6 +118,29 @@ def tp_ratios(data):
             for c in (1, 8, 32)], runs
 
 
+def h100_claim(pattern, stem):
+    """The README sentence matching `pattern` and the H100 results file it
+    names."""
+    m = re.search(pattern, readme())
+    assert m, f"the README's sentence on {stem} is gone"
+    data = load(stem)
+    assert data["card"].startswith("NVIDIA H100")
+    return m, data
+
+
+def checked_side_by_side(data, claimed, start_line=None):
+    """The ratios a sentence claims (c=1, 8, 32, two decimals), one greedy
+    digest for every server, and, given, the words every patched server's
+    start line holds. Returns the runs by (variant, concurrency)."""
+    ratios, runs = tp_ratios(data)
+    assert [round(x, 2) for x in ratios] == [float(x) for x in claimed]
+    assert len({g["sha256"] for g in data["greedy_runs"]}) == 1
+    if start_line is not None:
+        assert all(start_line in x.get("sglpatch_line", "") for x in data["server_starts"]
+                   if x["setting"].startswith("patched"))
+    return runs
+
+
 def test_tensor_parallel_claim_matches_its_results():
     text = readme()
     assert "**Tensor parallel: not shown to be no slower.**" in text
@@ -197,52 +220,35 @@ def test_fa3_bounded_fill_claim_matches_its_results():
     assert (run["seq_lens_truth_checks"], run["seq_lens_truth_violations"]) == (int(m.group(1)), 0)
     assert run["prompts_off_constructed_f"] == 0 and run["attention_backend"] == "default"
     data = load("2026-11-26-h100-default-backend-fa3-bounded-fill")
-    ratios, runs = tp_ratios(data)
-    assert [round(x, 2) for x in ratios] == [float(x) for x in m.groups()[1:4]]
+    runs = checked_side_by_side(data, m.groups()[1:4], "patches 0001-0009")
     repeats = [min(runs[("base", c)]["repeats"], runs[("patched", c)]["repeats"]) for c in (1, 8, 32)]
     assert repeats == [int(x) for x in m.groups()[4:]]
-    assert len({g["sha256"] for g in data["greedy_runs"]}) == 1
-    assert all("patches 0001-0009" in x.get("sglpatch_line", "") for x in data["server_starts"]
-               if x["setting"].startswith("patched"))
 
 
 def test_fa3_bounded_fill_repeats_claim_matches_its_results():
-    m = re.search(r"With 3 repeats, the turn alternating "
-                  r"\(2026-11-26-h100-default-backend-fa3-bounded-fill-repeats\), it is ([\d.]+) / "
-                  r"([\d.]+) / ([\d.]+), and slower at concurrency 8 in each of the (\d) paired "
-                  r"repeats \(([\d.]+) to ([\d.]+)\), greedy output equal", readme())
-    assert m, "the bounded-fill repeats sentence is gone"
-    data = load("2026-11-26-h100-default-backend-fa3-bounded-fill-repeats")
-    assert data["card"].startswith("NVIDIA H100") and data["bench"]["turn"] == "alternating"
-    ratios, runs = tp_ratios(data)
-    assert [round(x, 2) for x in ratios] == [float(x) for x in m.groups()[:3]]
+    stem = "2026-11-26-h100-default-backend-fa3-bounded-fill-repeats"
+    m, data = h100_claim(rf"With 3 repeats, the turn alternating \({stem}\), it is ([\d.]+) / "
+                         r"([\d.]+) / ([\d.]+), and slower at concurrency 8 in each of the (\d) "
+                         r"paired repeats \(([\d.]+) to ([\d.]+)\), greedy output equal", stem)
+    assert data["bench"]["turn"] == "alternating"
+    runs = checked_side_by_side(data, m.groups()[:3], "patches 0001-0009")
     assert all(r["repeats"] >= 3 and r["attention_backend"] == "default" for r in runs.values())
     (c8,) = [e for e in report.results.paired_ratios(data) if e["concurrency"] == 8]
     assert c8["below_1"] == 0 and len(c8["ratios"]) == int(m.group(4))
     assert (f"{min(c8['ratios']):.2f}", f"{max(c8['ratios']):.2f}") == m.groups()[4:]
-    assert len({g["sha256"] for g in data["greedy_runs"]}) == 1
-    assert all("patches 0001-0009" in x.get("sglpatch_line", "") for x in data["server_starts"]
-               if x["setting"].startswith("patched"))
 
 
 def test_flashinfer_claim_matches_its_results():
-    m = re.search(r"\(2026-11-26-h100-flashinfer-eagle3\) got one repeat a point before its "
-                  r"deadline, as compiling flashinfer's kernels took the two servers (\d+) s and "
-                  r"(\d+) s to start: patched / base ([\d.]+) at concurrency 1, ([\d.]+) at 8 and "
-                  r"([\d.]+) at 32, greedy output equal", readme())
-    assert m, "the flashinfer sentence is gone"
-    data = load("2026-11-26-h100-flashinfer-eagle3")
-    assert data["card"].startswith("NVIDIA H100")
+    stem = "2026-11-26-h100-flashinfer-eagle3"
+    m, data = h100_claim(rf"\({stem}\) got one repeat a point before its deadline, as compiling "
+                         r"flashinfer's kernels took the two servers (\d+) s and (\d+) s to start: "
+                         r"patched / base ([\d.]+) at concurrency 1, ([\d.]+) at 8 and ([\d.]+) "
+                         r"at 32, greedy output equal", stem)
     starts = sorted(round(x["start_s"]) for x in data["server_starts"])
     assert starts == [int(m.group(1)), int(m.group(2))]
-    ratios, runs = tp_ratios(data)
-    assert [round(x, 2) for x in ratios] == [float(x) for x in m.groups()[2:]]
+    runs = checked_side_by_side(data, m.groups()[2:], "host pull on: FlashInferAttnBackend")
     assert all(r["attention_backend"] == "flashinfer" for r in runs.values())
     assert min(runs[("base", c)]["repeats"] for c in (1, 8, 32)) == 1  # "one repeat"
-    assert len({g["sha256"] for g in data["greedy_runs"]}) == 1
-    (line,) = [x["sglpatch_line"] for x in data["server_starts"]
-               if x["setting"].startswith("patched")]
-    assert "host pull on: FlashInferAttnBackend" in line
 
 
 def test_tensor_parallel_warning_covers_the_measured_range():
