@@ -39,9 +39,21 @@ def parse_variant(spec):
     return name, (os.path.abspath(site) if site else None)
 
 
-def variant_env(site):
+# Where a server's compiled kernels go, under the run's work dir: flashinfer
+# compiles its kernels at a server's first start (minutes, without its cubins,
+# as in the device kit) and Triton its own; by default both write under $HOME.
+# The work dir is in /tmp on the GPU machine, which a warm machine keeps
+# between calls, so a later call's servers find them there. Every build of a
+# call shares them: the caches key each kernel by its source and version.
+JIT_CACHE_VARS = {"FLASHINFER_WORKSPACE_BASE": "flashinfer", "TRITON_CACHE_DIR": "triton"}
+
+
+def variant_env(site, work_dir=None):
     env = dict(os.environ)
     env.setdefault("PYTHONUNBUFFERED", "1")
+    if work_dir:
+        for var, sub in JIT_CACHE_VARS.items():
+            env.setdefault(var, os.path.join(os.path.abspath(work_dir), "jit-cache", sub))
     if site:
         env["PYTHONPATH"] = os.pathsep.join(
             [site] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])

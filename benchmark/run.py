@@ -192,7 +192,7 @@ def cmd_run(a):
     st.prompts = greedy.make_prompts(a.greedy_prompts, vocab)
     members = []
     for var, site in [parse_variant(v) for v in (a.variant or ["base"])]:
-        env = variant_env(site)
+        env = variant_env(site, a.work_dir)
         if var == "patched" and not a.no_apply:
             try:
                 st.log("sglpatch status:\n" + apply_series(site, env, st.log))

@@ -21,7 +21,7 @@ def cmd_sweep(a):
     date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
     path = results.results_path(a.out_dir, date, card)
     var, site = parse_variant(a.variant)
-    env = variant_env(site)
+    env = variant_env(site, a.work_dir)
     rows = []
     for point in a.points:
         k, _, p = point.partition(":")

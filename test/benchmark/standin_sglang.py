@@ -43,7 +43,9 @@ LAUNCH_SERVER = textwrap.dedent('''
         with journal_lock, open(journal, "a") as fh:
             fh.write(json.dumps({"t": time.time(), "port": port, "event": event,
                                  "argv": argv,
-                                 "gpus": os.environ.get("CUDA_VISIBLE_DEVICES")}) + "\\n")
+                                 "gpus": os.environ.get("CUDA_VISIBLE_DEVICES"),
+                                 "jit_cache": {k: os.environ.get(k) for k in (
+                                     "FLASHINFER_WORKSPACE_BASE", "TRITON_CACHE_DIR")}}) + "\\n")
 
     def is_aborted(rid):  # sglang: req.rid.startswith(recv_req.rid)
         return rid is not None and any(rid.startswith(a) for a in list(aborted))
