@@ -124,6 +124,13 @@ def runs_section(data):
             "c = concurrency; pcg = piecewise CUDA graph.", "", table(header, rows)]
 
 
+def interval_cell(entry):
+    lo_hi = entry["interval_90"]
+    if lo_hi is None:
+        return f"{entry['geo_mean']:.3f}"
+    return f"{entry['geo_mean']:.3f} [{lo_hi[0]:.3f}, {lo_hi[1]:.3f}]"
+
+
 def paired_section(data):
     """Side by side only: each build over base in the same repeat."""
     if not (data.get("bench") or {}).get("side_by_side"):
@@ -132,13 +139,18 @@ def paired_section(data):
     if not pairs:
         return []
     rows = [[setting(e), e["concurrency"], " / ".join(f"{x:.2f}" for x in e["ratios"]),
-             e["median"], f"{e['below_1']} of {len(e['ratios'])}", e["paired_by"]]
+             e["median"], f"{e['below_1']} of {len(e['ratios'])}", interval_cell(e),
+             e["repeats_for_3pct"], e["paired_by"]]
             for e in sorted(pairs, key=point_order)]
-    header = ["setting", "c", "TPOT / base's, per repeat", "median", "below 1.00", "paired by"]
+    header = ["setting", "c", "TPOT / base's, per repeat", "median", "below 1.00",
+              "geo mean [90% interval]", "repeats for ±3%", "paired by"]
     return ["## Paired repeats", "",
             "Each build's TPOT over base's in the same repeat: the servers ran side by side "
             "and were measured in turn, so a repeat's pair shares the machine's moment. "
-            "Paired by repeat number, or by position in files that predate it.", "",
+            "Paired by repeat number, or by position in files that predate it. The 90% "
+            "interval (Student t on the log ratios) and the repeats that would narrow it to "
+            "±3% describe the scatter within this call only; calls and machines differ by "
+            "more.", "",
             table(header, rows)]
 
 

@@ -8,6 +8,7 @@ Only the standard library is imported here (matplotlib lazily for the plot).
 """
 
 import json
+import math
 import os
 import re
 import statistics
@@ -164,13 +165,49 @@ def _pair_keys(samples):
     return list(range(len(samples))), "position"
 
 
+# Two-sided 90% Student t quantiles (t_0.95) by degrees of freedom; past 30
+# the value at 30 is used, which errs on the wide side.
+T90 = (6.314, 2.920, 2.353, 2.132, 2.015, 1.943, 1.895, 1.860, 1.833, 1.812,
+       1.796, 1.782, 1.771, 1.761, 1.753, 1.746, 1.740, 1.734, 1.729, 1.725,
+       1.721, 1.717, 1.714, 1.711, 1.708, 1.706, 1.703, 1.701, 1.699, 1.697)
+
+
+def t90(df):
+    return T90[min(df, len(T90)) - 1]
+
+
+def ratio_interval(ratios, resolve=0.03):
+    """What a point's paired ratios say, read as draws of one build's speed
+    over base's: the geometric mean, its 90% interval (Student t on the log
+    ratios), and how many paired repeats, at the same scatter, would make
+    that interval ±`resolve` wide (a 3% difference told apart from none).
+    The interval covers the scatter within one call only: machines and
+    calls differ by more, so it never licenses a number across calls.
+    None for the last two with fewer than two ratios."""
+    logs = [math.log(x) for x in ratios]
+    geo = round(math.exp(statistics.fmean(logs)), 4)
+    if len(logs) < 2:
+        return {"geo_mean": geo, "interval_90": None, "repeats_for_3pct": None}
+    sd = statistics.stdev(logs)
+    half = t90(len(logs) - 1) * sd / math.sqrt(len(logs))
+    mean = statistics.fmean(logs)
+    width = math.log(1 + resolve)
+    n = 2
+    while t90(n - 1) * sd / math.sqrt(n) > width:
+        n += 1
+    return {"geo_mean": geo,
+            "interval_90": [round(math.exp(mean - half), 4), round(math.exp(mean + half), 4)],
+            "repeats_for_3pct": n}
+
+
 def paired_ratios(data, base="base"):
     """For a side-by-side run: each other build's TPOT over base's in the
     same repeat of the same point. The servers of a repeat are measured one
     after the other, so a pair cancels the machine's drift from one repeat
     to the next, not its noise within one. One dict per
     (build, point): variant, concurrency, the point's other key fields,
-    ratios (in repeat order), median, below_1 (how many), paired_by."""
+    ratios (in repeat order), median, below_1 (how many), paired_by, and
+    `ratio_interval`'s geo_mean, interval_90 and repeats_for_3pct."""
     point = [f for f in RUN_KEY if f != "variant"]
     bases = {_key(r, point): r for r in data.get("runs", []) if r["variant"] == base}
     out = []
@@ -189,7 +226,8 @@ def paired_ratios(data, base="base"):
             continue
         entry = {f: r.get(f, KEY_DEFAULTS.get(f)) for f in RUN_KEY}
         entry.update(ratios=ratios, median=round(statistics.median(ratios), 4),
-                     below_1=sum(x < 1 for x in ratios), paired_by=how)
+                     below_1=sum(x < 1 for x in ratios), paired_by=how,
+                     **ratio_interval(ratios))
         out.append(entry)
     return out
 

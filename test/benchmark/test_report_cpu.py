@@ -87,7 +87,11 @@ def test_side_by_side_page_pairs_each_repeat_with_base():
             "runs": [_point("base", [2.0, 4.0], [0, 1]), _point("patched", [3.0, 2.4], [1, 0])]}
     page = report.render(data, "x.json")
     section = page.split("## Paired repeats", 1)[1]
-    assert "| patched EAGLE3 triton pcg tp2 | 8 | 0.75 / 1.20 | 0.975 | 1 of 2 | repeat |" in section
+    # geo mean sqrt(0.75 * 1.2) = 0.949; sd(log) = 0.47 / sqrt(2) = 0.3323, half
+    # width 6.314 * 0.3323 / sqrt(2) = 1.484 around log 0.949; +-3% would need
+    # 1.697 / sqrt(n) <= ln(1.03) / 0.3323, n >= 365
+    assert ("| patched EAGLE3 triton pcg tp2 | 8 | 0.75 / 1.20 | 0.975 | 1 of 2 "
+            "| 0.949 [0.215, 4.183] | 365 | repeat |") in section
     # measured one server at a time, repeats share no moment: no such section
     data["bench"]["side_by_side"] = False
     assert "## Paired repeats" not in report.render(data, "x.json")

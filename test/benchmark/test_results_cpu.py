@@ -245,6 +245,25 @@ def test_paired_ratios_pair_each_repeat_with_bases_same_repeat():
     assert entry["median"] == 0.95 and entry["below_1"] == 1
 
 
+def test_ratio_interval_is_student_t_on_the_log_ratios():
+    # logs -0.10536, 0, 0.09531: mean -0.00335, sd 0.10038; t(2) = 2.920,
+    # half width 2.920 * 0.10038 / sqrt(3) = 0.16923
+    got = results.ratio_interval([0.9, 1.0, 1.1])
+    assert got["geo_mean"] == 0.9967 and got["interval_90"] == [0.8415, 1.1804]
+    # +-3% needs t(n-1) * 0.10038 / sqrt(n) <= ln(1.03): 1.697 / sqrt(34) = 0.291
+    # passes, 1.697 / sqrt(33) = 0.295 does not
+    assert got["repeats_for_3pct"] == 34
+    # one ratio: no scatter to read; equal ratios: two repeats already do
+    assert results.ratio_interval([0.8]) == {"geo_mean": 0.8, "interval_90": None,
+                                             "repeats_for_3pct": None}
+    assert results.ratio_interval([0.9, 0.9])["interval_90"] == [0.9, 0.9]
+    assert results.ratio_interval([0.9, 0.9])["repeats_for_3pct"] == 2
+    # every paired entry carries it
+    (entry,) = results.paired_ratios(_data([_sampled("base", [2.0, 2.0, 2.0]),
+                                           _sampled("patched", [1.8, 2.0, 2.2])]))
+    assert entry["interval_90"] == got["interval_90"]
+
+
 def test_paired_ratios_of_older_files_go_by_position():
     base, patched = _sampled("base", [2.0, 1.0]), _sampled("patched", [1.0, 1.5])
     (entry,) = results.paired_ratios(_data([base, patched]))

@@ -211,6 +211,31 @@ def test_tensor_parallel_paired_repeats_claim():
     assert expected in readme()
 
 
+def test_tensor_parallel_intervals_claim():
+    """The intervals sentence: which TP cells' 90% intervals exclude 1.00,
+    and the repeats a +-3% interval would take, over every cell of the
+    TP calls."""
+    cells = [(stem, e) for stem in TP_CALLS for e in report.results.paired_ratios(load(stem))]
+    excluding = [(stem, e) for stem, e in cells
+                 if e["interval_90"] and not e["interval_90"][0] <= 1 <= e["interval_90"][1]]
+    said = []
+    for stem, e in excluding:
+        tp, turn = e["tp"], load(stem)["bench"].get("turn", "base first")
+        lo, hi = e["interval_90"]
+        said.append(f"TP={tp}, concurrency {e['concurrency']}, {turn}"
+                    f"{' on the ×4' if turn == 'alternating' else ''} ({lo:.2f} to {hi:.2f})")
+    needed = sorted(e["repeats_for_3pct"] for _, e in cells)
+    held = sorted(len(e["ratios"]) for _, e in cells)
+    text = readme()
+    assert f"two of the {len(cells)} cells exclude 1.00, with opposite signs: " in text
+    assert len(excluding) == 2 and {e["geo_mean"] > 1 for _, e in excluding} == {True, False}
+    assert " and ".join(said) in text
+    median = needed[len(needed) // 2]
+    assert len(needed) % 2 == 1
+    assert (f"take a median of {median} paired repeats a cell ({needed[0]} to {needed[-1]}), "
+            f"where each call held {held[0]} to {held[-1]}.") in text
+
+
 def test_fa3_bounded_fill_claim_matches_its_results():
     m = re.search(r"greedy output still equal to base, the host-truth check 0 of (\d+) "
                   r"\(2026-11-26-h100-fa3-bounded-fill-checks\), and patched / base ([\d.]+) / "
