@@ -26,8 +26,9 @@ import statistics
 import sys
 
 # [2026-11-26 14:15:38 TP0] Decode batch, #running-req: 1, ... gen throughput (token/s): 683.2, ...
+# A server without tensor parallelism names no rank: [2026-11-26 14:15:38] Decode batch, ...
 DECODE_LINE = re.compile(
-    r"\[(\d{4}-\d\d-\d\d) (\d\d):(\d\d):(\d\d)(?: DP\d+)? TP0[^\]]*\] Decode batch, "
+    r"\[(\d{4}-\d\d-\d\d) (\d\d):(\d\d):(\d\d)(?: DP\d+)?(?: TP0[^\]]*)?\] Decode batch, "
     r"#running-req: (\d+),.*?gen throughput \(token/s\): ([0-9.]+)")
 
 

@@ -55,6 +55,18 @@ def test_rank0_lines_at_one_batch_size_by_build_and_window(tmp_path):
     assert at8["builds"]["base-triton-ov1-EAGLE3-pcg1"]["median"] == 4000.0
 
 
+def test_a_server_without_tensor_parallelism_names_no_rank(tmp_path):
+    # TP=1: "[date time] Decode batch"; its lines count, another rank's never
+    lines = [decode_line("14:00:01", 1, 700.0, rank="").replace(" ]", "]"),
+             decode_line("14:00:02", 1, 600.0, rank="").replace(" ]", "]"),
+             decode_line("14:00:03", 1, 10.0, rank="TP1")]
+    assert lines[0].startswith("[2026-11-26 14:00:01] Decode batch")
+    (tmp_path / "server-base-flashinfer-ov1-EAGLE3-pcg1.log").write_text("".join(lines))
+    data = decode_log.summarize(str(tmp_path), running_req=1, window_s=10, min_lines=1)
+    base = data["builds"]["base-flashinfer-ov1-EAGLE3-pcg1"]
+    assert base["lines"] == 2 and base["median"] == 650.0
+
+
 def test_command_line_prints_the_table_and_writes_json(tmp_path):
     write_logs(tmp_path)
     out = tmp_path / "decode.json"

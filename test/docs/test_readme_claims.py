@@ -272,6 +272,12 @@ def test_flashinfer_claim_matches_its_results():
     starts = sorted(round(x["start_s"]) for x in data["server_starts"])
     assert starts == [int(m.group(1)), int(m.group(2))]
     runs = checked_side_by_side(data, m.groups()[2:], "host pull on: FlashInferAttnBackend")
+    with open(os.path.join(RESULTS, "2026-11-26-h100-probes", "flashinfer-decode-log.json")) as fh:
+        log = json.load(fh)["builds"]
+    base, patched = (log[f"{v}-flashinfer-ov1-EAGLE3-pcg1"] for v in ("base", "patched"))
+    assert patched["median"] < base["median"]  # "agrees": fewer tokens/s patched
+    assert (f"patched {round(patched['median'])} against base {round(base['median'])} tokens/s, "
+            f"medians of {patched['lines']} and {base['lines']} lines") in readme()
     assert all(r["attention_backend"] == "flashinfer" for r in runs.values())
     assert min(runs[("base", c)]["repeats"] for c in (1, 8, 32)) == 1  # "one repeat"
 
