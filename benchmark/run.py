@@ -151,7 +151,7 @@ def debug_env():
 
 
 # the project's probes (benchmark/probes/) that time or trace the servers
-PROBE_SWITCHES = ("SGLPATCH_HOST_TIME", "SGLPATCH_SYNC_TRACE")
+PROBE_SWITCHES = ("SGLPATCH_HOST_TIME", "SGLPATCH_HOST_TIME_EXTRA", "SGLPATCH_SYNC_TRACE")
 
 
 def server_extra_args(a):

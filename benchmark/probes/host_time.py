@@ -31,6 +31,7 @@ each step), the build whose iteration is longer is the slower build, and the
 functions whose time differs say where.
 
 `python3 host_time.py DIR...` prints the files under DIR side by side.
+SGLPATCH_HOST_TIME_EXTRA="module:Class.method,..." times more functions.
 
 Each timer costs about a microsecond per call in every build alike; compare
 builds with the probe in both, never with a run without it.
@@ -48,16 +49,20 @@ TARGETS = {
         "Scheduler.recv_requests", "Scheduler.process_input_requests",
         "Scheduler.get_next_batch_to_run", "Scheduler.update_running_batch",
         "Scheduler.run_batch", "Scheduler.process_batch_result",
-        "Scheduler.record_batch_in_overlap", "broadcast_pyobj"],
+        "Scheduler.record_batch_in_overlap", "Scheduler.send_output", "broadcast_pyobj"],
     "sglang.srt.managers.scheduler_output_processor_mixin": [
         "SchedulerOutputProcessorMixin.process_batch_result_decode"],
     "sglang.srt.managers.schedule_batch": [
         "ScheduleBatch.prepare_for_decode", "ScheduleBatch.filter_batch",
-        "ScheduleBatch.merge_batch", "ScheduleBatch.get_model_worker_batch"],
+        "ScheduleBatch.merge_batch", "ScheduleBatch.get_model_worker_batch",
+        # 0.5.12.post1's host wait for the verify (the series replaces it
+        # with FutureMap._pull_seq_lens_cpu where a backend reads host lengths)
+        "ScheduleBatch.maybe_wait_verify_done"],
     "sglang.srt.managers.overlap_utils": [
         "FutureMap.alloc_future_indices", "FutureMap.resolve_future",
         "FutureMap.store_to_map", "FutureMap.stash_batch_result", "FutureMap.publish",
-        "FutureMap.resolve_seq_lens_cpu", "FutureMap.set_input_ids_sentinel"],
+        "FutureMap.resolve_seq_lens_cpu", "FutureMap._pull_seq_lens_cpu",
+        "FutureMap.set_input_ids_sentinel"],
     "sglang.srt.managers.tp_worker": ["TpModelWorker.forward_batch_generation"],
     "sglang.srt.speculative.eagle_worker_v2": [
         "EAGLEWorkerV2.forward_batch_generation", "EAGLEWorkerV2.verify",
@@ -78,11 +83,20 @@ TARGETS = {
     "sglang.srt.layers.attention.triton_backend": [
         "TritonAttnBackend.init_forward_metadata_replay_cuda_graph",
         "TritonMultiStepDraftBackend.init_forward_metadata_replay_cuda_graph"],
+    # flashinfer keeps the per-step host pull in the series; its planning is
+    # the host work that differs from Triton's
+    "sglang.srt.layers.attention.flashinfer_backend": [
+        "FlashInferAttnBackend.init_forward_metadata",
+        "FlashInferAttnBackend.init_forward_metadata_replay_cuda_graph",
+        "FlashInferMultiStepDraftBackend.init_forward_metadata_replay_cuda_graph"],
     # The host waiting for the GPU: the scheduler's wait for the last result
     # (copy_done) and any other event or stream synchronize. Large in a build
     # whose step is bound by the GPU, near 0 where the host is the bottleneck.
     "torch.cuda.streams": ["Event.synchronize", "Stream.synchronize"],
 }
+# SGLPATCH_HOST_TIME_EXTRA: more functions to time without editing this
+# file, "module:Class.method" or "module:function", comma-separated.
+EXTRA_ENV = "SGLPATCH_HOST_TIME_EXTRA"
 ITERATION = "Scheduler.run_batch"  # its calls cut the time into iterations
 MAX_KEPT = 50000  # iteration times kept per batch size, for the percentiles
 # The phases of event_loop_overlap; the iteration's time outside them is
@@ -303,6 +317,23 @@ def _kind(obj):
     return f"{t.__module__}.{t.__qualname__}"
 
 
+def targets_with_extra(spec, targets=None):
+    """TARGETS plus the "module:name" entries of `spec` (SGLPATCH_HOST_TIME_EXTRA).
+    An entry without a module and a name is reported on stderr in one line
+    and skipped: the probe runs inside a server, which must still start."""
+    merged = {mod: list(names) for mod, names in (targets or TARGETS).items()}
+    for entry in filter(None, (x.strip() for x in (spec or "").split(","))):
+        mod, _, name = entry.partition(":")
+        if not mod or not name:
+            print(f"host_time: {EXTRA_ENV} entry {entry!r} is not module:name, skipped",
+                  file=sys.stderr, flush=True)
+            continue
+        names = merged.setdefault(mod, [])
+        if name not in names:
+            names.append(name)
+    return merged
+
+
 def hooks(out_dir):
     """{module name: hook(module)} for sitecustomize's import hook."""
     times = HostTimes(out_dir, int(os.environ.get("SGLPATCH_HOST_SKIP", "200")))
@@ -313,8 +344,9 @@ def hooks(out_dir):
     import atexit
 
     atexit.register(lambda: times.buckets and times.dump())
+    targets = targets_with_extra(os.environ.get(EXTRA_ENV))
     return {mod: functools.partial(lambda m, names: instrument(m, names, times), names=names)
-            for mod, names in TARGETS.items()}
+            for mod, names in targets.items()}
 
 
 # ---------------------------------------------------------------------------

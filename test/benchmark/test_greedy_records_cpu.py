@@ -61,3 +61,14 @@ def test_records_say_disaggregated_decode_and_the_own_chain():
     assert runs["EAGLE3"]["disaggregation"] == "decode"
     assert runs["EAGLE3"]["seq_lens_truth_checks"] == 40
     assert "seq_lens_truth_checks" not in runs["none"]
+
+
+def test_probe_switches_are_recorded_as_debug_env(monkeypatch):
+    # a run with a probe's timers on measures host time, not latency: its
+    # file says so, with the extra functions it timed
+    monkeypatch.setenv("SGLPATCH_HOST_TIME", "1")
+    monkeypatch.setenv("SGLPATCH_HOST_TIME_EXTRA", "pkg.mod:helper")
+    monkeypatch.setenv("SGLPATCH_UNRELATED", "x")
+    got = run.debug_env()
+    assert got["SGLPATCH_HOST_TIME"] == "1" and got["SGLPATCH_HOST_TIME_EXTRA"] == "pkg.mod:helper"
+    assert "SGLPATCH_UNRELATED" not in got

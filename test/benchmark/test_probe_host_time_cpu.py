@@ -146,6 +146,34 @@ def test_sitecustomize_loads_host_time_beside_the_relay_counter(tmp_path, monkey
     assert set(host_time.TARGETS) <= set(hooks)
 
 
+def test_extra_targets_come_from_the_environment(tmp_path, monkeypatch, capsys):
+    spec = ("sglang.srt.managers.scheduler:Scheduler.send_output, pkg.mod:helper,"
+            "pkg.mod:Cls.meth,pkg.mod:helper,no-colon")
+    merged = host_time.targets_with_extra(spec)
+    # a name already timed is not added twice; new modules and names are
+    assert merged["sglang.srt.managers.scheduler"].count("Scheduler.send_output") == 1
+    assert merged["pkg.mod"] == ["helper", "Cls.meth"]
+    assert "no-colon" in capsys.readouterr().err
+    assert host_time.targets_with_extra("") == host_time.TARGETS
+    # the hooks the server installs cover them, and wrap what a module has
+    monkeypatch.setenv(host_time.EXTRA_ENV, "pkg.mod:helper,pkg.mod:Cls.meth,pkg.mod:absent")
+    import gc
+
+    before = list(gc.callbacks)
+    hooks = host_time.hooks(str(tmp_path))
+    for callback in [c for c in gc.callbacks if c not in before]:
+        gc.callbacks.remove(callback)  # hooks() times collections for the server's life
+    module = types.ModuleType("pkg.mod")
+    module.helper = lambda x: x + 1
+
+    class Cls:
+        def meth(self):
+            return 7
+    module.Cls = Cls
+    assert hooks["pkg.mod"](module) == ["helper", "Cls.meth"]
+    assert module.helper(1) == 2 and Cls().meth() == 7
+
+
 @contextlib.contextmanager
 def timed_collections(tmp_path):
     """(clock, times, gc callback) with the callback installed; removed after."""
