@@ -185,12 +185,12 @@ def ratio_interval(ratios, resolve=0.03):
     calls differ by more, so it never licenses a number across calls.
     None for the last two with fewer than two ratios."""
     logs = [math.log(x) for x in ratios]
-    geo = round(math.exp(statistics.fmean(logs)), 4)
+    mean = statistics.fmean(logs)
+    geo = round(math.exp(mean), 4)
     if len(logs) < 2:
         return {"geo_mean": geo, "interval_90": None, "repeats_for_3pct": None}
     sd = statistics.stdev(logs)
     half = t90(len(logs) - 1) * sd / math.sqrt(len(logs))
-    mean = statistics.fmean(logs)
     width = math.log(1 + resolve)
     n = 2
     while t90(n - 1) * sd / math.sqrt(n) > width:

@@ -317,11 +317,11 @@ def _kind(obj):
     return f"{t.__module__}.{t.__qualname__}"
 
 
-def targets_with_extra(spec, targets=None):
+def targets_with_extra(spec):
     """TARGETS plus the "module:name" entries of `spec` (SGLPATCH_HOST_TIME_EXTRA).
     An entry without a module and a name is reported on stderr in one line
     and skipped: the probe runs inside a server, which must still start."""
-    merged = {mod: list(names) for mod, names in (targets or TARGETS).items()}
+    merged = {mod: list(names) for mod, names in TARGETS.items()}
     for entry in filter(None, (x.strip() for x in (spec or "").split(","))):
         mod, _, name = entry.partition(":")
         if not mod or not name:

@@ -14,7 +14,10 @@ import decode_log  # noqa: E402
 
 
 def decode_line(clock, running, tput, rank="TP0"):
-    return (f"[2026-11-26 {clock} {rank}] Decode batch, #running-req: {running}, #token: 300, "
+    """A scheduler's decode line; rank None: a server without tensor
+    parallelism, whose lines name no rank."""
+    stamp = f"2026-11-26 {clock}" + (f" {rank}" if rank else "")
+    return (f"[{stamp}] Decode batch, #running-req: {running}, #token: 300, "
             f"token usage: 0.00, accept len: 2.95, accept rate: 0.65, cuda graph: True, "
             f"gen throughput (token/s): {tput}, #queue-req: 0\n")
 
@@ -57,8 +60,8 @@ def test_rank0_lines_at_one_batch_size_by_build_and_window(tmp_path):
 
 def test_a_server_without_tensor_parallelism_names_no_rank(tmp_path):
     # TP=1: "[date time] Decode batch"; its lines count, another rank's never
-    lines = [decode_line("14:00:01", 1, 700.0, rank="").replace(" ]", "]"),
-             decode_line("14:00:02", 1, 600.0, rank="").replace(" ]", "]"),
+    lines = [decode_line("14:00:01", 1, 700.0, rank=None),
+             decode_line("14:00:02", 1, 600.0, rank=None),
              decode_line("14:00:03", 1, 10.0, rank="TP1")]
     assert lines[0].startswith("[2026-11-26 14:00:01] Decode batch")
     (tmp_path / "server-base-flashinfer-ov1-EAGLE3-pcg1.log").write_text("".join(lines))
