@@ -30,7 +30,10 @@ the host is the bottleneck (TP > 1 on the small model: the GPU idles most of
 each step), the build whose iteration is longer is the slower build, and the
 functions whose time differs say where.
 
-`python3 host_time.py DIR...` prints the files under DIR side by side.
+`python3 host_time.py DIR...` prints the files under DIR side by side, with
+a "(shared code)" row per batch size: how long the code that every build
+runs alike (SHARED_CODE) took per call, against the first build, which is
+how much faster or slower that server's host ran.
 SGLPATCH_HOST_TIME_EXTRA="module:Class.method,..." times more functions.
 
 Each timer costs about a microsecond per call in every build alike; compare
@@ -40,6 +43,7 @@ builds with the probe in both, never with a run without it.
 import functools
 import glob
 import json
+import math
 import os
 import sys
 import time
@@ -96,6 +100,22 @@ TARGETS = {
 }
 # SGLPATCH_HOST_TIME_EXTRA: more functions to time without editing this
 # file, "module:Class.method" or "module:function", comma-separated.
+# Targets whose source the series leaves as in 0.5.12.post1, whose callees
+# are unchanged too (kernel and graph launches, the attention backends'
+# metadata) and whose inputs it does not change. Two servers spend different
+# time in them only because their hosts run at different speeds (the core the
+# scheduler landed on, what shares it): the table's "(shared code)" row is
+# that speed, build against the first build, so a difference in iteration
+# time can be set against it. test_probe_host_time_cpu checks the source.
+SHARED_CODE = (
+    "assign_req_to_token_pool_func",
+    "EAGLEDraftCudaGraphRunner.replay",
+    "TritonAttnBackend.init_forward_metadata_replay_cuda_graph",
+    "TritonMultiStepDraftBackend.init_forward_metadata_replay_cuda_graph",
+    "FlashInferAttnBackend.init_forward_metadata",
+    "FlashInferAttnBackend.init_forward_metadata_replay_cuda_graph",
+    "FlashInferMultiStepDraftBackend.init_forward_metadata_replay_cuda_graph",
+)
 EXTRA_ENV = "SGLPATCH_HOST_TIME_EXTRA"
 ITERATION = "Scheduler.run_batch"  # its calls cut the time into iterations
 MAX_KEPT = 50000  # iteration times kept per batch size, for the percentiles
@@ -367,6 +387,19 @@ def _iteration_cell(row):
     return cell + (f" (p50/p90/p99 {' / '.join(map(str, pct))})" if pct else "")
 
 
+def shared_code_ratio(row, ref):
+    """(n, geometric mean over the SHARED_CODE functions both rows ran of
+    row's time per call over ref's), or None when they share none."""
+    ratios = []
+    for name in SHARED_CODE:
+        a, b = row["functions"].get(name), ref["functions"].get(name)
+        if a and b and a[0] and b[0] and a[1] > 0 and b[1] > 0:
+            ratios.append((a[1] / a[0]) / (b[1] / b[0]))
+    if not ratios:
+        return None
+    return len(ratios), math.exp(sum(map(math.log, ratios)) / len(ratios))
+
+
 def table(reports, min_us=5.0):
     """Markdown: per batch size and rank, each build's iteration time and the
     functions that take >= min_us in any build."""
@@ -393,6 +426,14 @@ def table(reports, min_us=5.0):
                 f = (rows.get(b) or {}).get("functions", {}).get(n)
                 cells.append(f"{f[0]:g} / {f[1]:g}" if f else "—")
             lines.append(f"| {n} | " + " | ".join(cells) + " |")
+        ref = rows.get(builds[0])
+        shared = [shared_code_ratio(rows[b], ref) if ref and rows.get(b) else None
+                  for b in builds[1:]]
+        if any(shared):
+            cells = ["1"] + [f"{r[1]:.3f} ({r[0]} functions)" if r else "—"
+                             for r in shared]
+            lines.append("| (shared code: time per call / first build's) | "
+                         + " | ".join(cells) + " |")
     lines += gc_table(reports)
     return "\n".join(lines)
 

@@ -251,3 +251,62 @@ def test_stream_wait_micro_says_it_needs_a_gpu():
     assert res.returncode == 1
     assert res.stderr.strip().splitlines() == [
         "stream_wait_micro.py: needs a CUDA device (run it on the GPU machine)"]
+
+
+def test_shared_code_row_is_the_geometric_mean_of_per_call_ratios(tmp_path):
+    # two shared functions: 1.2x and 1.1x slower per call in the second build
+    # (calls differ, so per-call time matters); an unshared one is left out
+    fns = {
+        "/tmp/sb": {"assign_req_to_token_pool_func": [1, 10.0],
+                    "EAGLEDraftCudaGraphRunner.replay": [2, 40.0],
+                    "Scheduler.run_batch": [1, 100.0]},
+        "/tmp/sp": {"assign_req_to_token_pool_func": [1, 12.0],
+                    "EAGLEDraftCudaGraphRunner.replay": [1, 22.0],
+                    "Scheduler.run_batch": [1, 300.0]},
+    }
+    for build, functions in fns.items():
+        d = tmp_path / os.path.basename(build)
+        d.mkdir()
+        (d / "1-host.json").write_text(json.dumps({
+            "pid": 1, "rank": 0, "build": build, "by_batch_size": {
+                "1": {"iterations": 5, "iteration_us": 100.0, "functions": functions}}}))
+    n, ratio = host_time.shared_code_ratio(
+        {"functions": fns["/tmp/sp"]}, {"functions": fns["/tmp/sb"]})
+    assert n == 2 and abs(ratio - (1.2 * 1.1) ** 0.5) < 1e-9
+    out = host_time.table(host_time.load([str(tmp_path)]))
+    assert "| (shared code: time per call / first build's) | 1 | 1.149 (2 functions) |" in out
+    # no shared function run by both builds: no row
+    assert host_time.shared_code_ratio({"functions": {}}, {"functions": fns["/tmp/sb"]}) is None
+
+
+def _function_source(path, qualname):
+    import ast
+
+    with open(path) as f:
+        nodes = ast.parse(f.read()).body
+    node = None
+    for part in qualname.split("."):
+        node = next((n for n in nodes if isinstance(n, (ast.FunctionDef, ast.ClassDef))
+                     and n.name == part), None)
+        assert node is not None, f"{qualname} not in {path}"
+        nodes = node.body
+    return ast.dump(node)
+
+
+def test_shared_code_is_left_alone_by_the_series():
+    # The installed sglang has the series applied; sglpatch keeps the pristine
+    # bytes of every file it touched, by hash, beside its state file.
+    spec = importlib.util.find_spec("sglang")
+    pkg = spec.submodule_search_locations[0]
+    with open(os.path.join(pkg, ".sglpatch-state.json")) as f:
+        state = json.load(f)
+    assert state["applied"], "the series must be applied for this check"
+    modules = {name: mod for mod, names in host_time.TARGETS.items() for name in names}
+    for name in host_time.SHARED_CODE:
+        assert name in modules, f"{name} is not a probe target"
+        rel = os.path.join(*modules[name].split(".")[1:]) + ".py"
+        entry = state["files"].get(rel)
+        pristine = (os.path.join(pkg, ".sglpatch-pristine", entry["before"])
+                    if entry else os.path.join(pkg, rel))
+        assert _function_source(pristine, name) == _function_source(
+            os.path.join(pkg, rel), name), f"the series changes {name}"
