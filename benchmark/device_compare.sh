@@ -24,10 +24,13 @@
 #   - INSTALL_ONLY=1: install the sites and stop
 #   - SIDE_BY_SIDE=K: the K servers of the call run at the same time and are
 #     measured in turn (e2e --side-by-side), each with a fixed KV pool
+#   - PIN=1: e2e --pin-cpus, each server of the comparison and the bench
+#     client on whole physical cores of their own (with PAIRS: within each
+#     copy's slice)
 #   - PAIRS=P (with SIDE_BY_SIDE): P copies of that comparison at once, each
 #     on 1/P of the GPUs and CPUs, repeats pooled (benchmark/pairs.py); e.g.
 #     PAIRS=2 --tp 2 on four GPUs gives twice the repeats in the same time
-# usage: OUT=dir [SYNC_TRACE=1] [SIDE_BY_SIDE=K [PAIRS=P]] benchmark/device_compare.sh KIT BUDGET_S VARIANTS [e2e run options]
+# usage: OUT=dir [SYNC_TRACE=1] [SIDE_BY_SIDE=K [PAIRS=P]] [PIN=1] benchmark/device_compare.sh KIT BUDGET_S VARIANTS [e2e run options]
 #   e.g. benchmark/device_compare.sh .kit 560 base,patched --piecewise default \
 #          --concurrency 1,8,32 --repeats 3 --min-seconds 8
 # Returns under $OUT (the folder whose files come back from the GPU machine,
@@ -118,6 +121,7 @@ if [ -n "$SIDE_BY_SIDE" ]; then
   set -- "$@" --side-by-side --max-total-tokens "$kv"
 fi
 
+[ "$PIN" = 1 ] && set -- "$@" --pin-cpus
 rc=0
 [ -n "$PAIRS" ] && [ -z "$SIDE_BY_SIDE" ] && { log "ERROR: PAIRS needs SIDE_BY_SIDE"; exit 2; }
 e2e() {  # e2e OUT_DIR VARIANT_ARGS... -- e2e options

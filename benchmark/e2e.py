@@ -114,6 +114,10 @@ def build_parser():
     r.add_argument("--side-by-side", action="store_true",
                    help="start all of the call's servers at once on the one GPU and "
                         "measure them in turn, repeat by repeat")
+    r.add_argument("--pin-cpus", action="store_true",
+                   help="give each server that runs at a time, and the bench client, "
+                        "whole physical cores of its own (sched_setaffinity), so one "
+                        "server's host work never shares a core with another's")
     r.add_argument("--port-base", type=int, default=30000,
                    help="first port the servers try (runs at the same time on one "
                         "machine need bases far apart, e.g. benchmark/pairs.py)")

@@ -21,6 +21,7 @@ import sizing
 import trace_steps
 from bench import BenchRunner, probe_throughput, run_bench
 from builds import apply_series, detect_card, ensure_models, load_fmap, parse_variant, variant_env
+from pairs import cpu_cores
 from server import Server, free_port, server_command, sglpatch_line
 
 
@@ -45,6 +46,7 @@ class Run:
         self.errors = []
         self.fmap, self.prompts, self.model_meta = None, [], {}
         self.greedy_debug = {}  # greedy key -> debug-check counts of that server
+        self.server_cpus = None  # --pin-cpus: a CPU set per server of a group
         self.runner = BenchRunner(a.bench_runner, self.log)
         self.log_file = open(os.path.join(a.out_dir, "e2e-log.txt"), "a")
 
@@ -128,6 +130,8 @@ class Run:
                           # the servers' order within each (repeat, c): bench_order
                           "turn": "alternating" if self.a.side_by_side else None,
                           "max_total_tokens": self.a.max_total_tokens,
+                          # each server and the bench client on cores of its own
+                          "pin_cpus": self.server_cpus is not None,
                           "debug_env": debug_env()}}
         if self.errors:
             data["errors"] = self.errors
@@ -203,6 +207,8 @@ def cmd_run(a):
         members += [Member(var, env, be, ov, spec, pw)
                     for be in a.attention_backend for ov in a.overlap
                     for spec, pw in settings(a)]
+    if a.pin_cpus:
+        st.server_cpus = pin_cpus(st, len(members) if a.side_by_side else 1)
     for group in server_groups(members, a.side_by_side):
         need = 60 if all(m.spec == "none" for m in group) else 90
         if st.time_left() < need:
@@ -246,6 +252,54 @@ class Member:
         return (self.var, self.be, self.spec, self.ov, self.pw, c)
 
 
+def pin_sets(cores, k):
+    """CPU sets for k servers that run at once and for the harness (this
+    process and the bench clients it starts), each made of whole physical
+    cores (`cores`: logical CPUs grouped by core, pairs.cpu_cores), so no
+    server shares a core, or its hyperthread sibling, with another server
+    or the client. The harness, one asyncio client at a time, gets one core
+    and whatever does not divide evenly; the servers equal shares of the
+    rest. (server sets, harness set), or None with fewer than k + 1 cores."""
+    if not cores or len(cores) < k + 1:
+        return None
+    w = (len(cores) - 1) // k
+    flat = lambda group: sorted(cpu for core in group for cpu in core)  # noqa: E731
+    return [flat(cores[i * w:(i + 1) * w]) for i in range(k)], flat(cores[k * w:])
+
+
+def cpu_list(cpus):
+    """[0, 1, 2, 8, 9] -> "0-2,8-9" (taskset's notation)."""
+    out, start = [], None
+    for i, c in enumerate(cpus):
+        if start is None:
+            start = c
+        if i + 1 == len(cpus) or cpus[i + 1] != c + 1:
+            out.append(f"{start}-{c}" if c != start else f"{c}")
+            start = None
+    return ",".join(out)
+
+
+def pin_cpus(st, k, cores=None):
+    """--pin-cpus: pin this process (the bench clients it starts inherit it)
+    and return the CPU set of each of the k servers of a group; None, said
+    in the log, where the machine has too few cores or no readable topology
+    (the run then goes on unpinned, and its results say so)."""
+    if cores is None:
+        # SGLPATCH_CPU_SYSFS: where the CPU topology is read (a container
+        # without /sys topology can name a copy; the tests name a fake one)
+        cores = cpu_cores(os.environ.get("SGLPATCH_CPU_SYSFS", "/sys/devices/system/cpu"))
+    plan = pin_sets(cores, k)
+    if plan is None:
+        st.log(f"pin: {len(cores or [])} physical cores cannot give each of {k} "
+               "server(s) and the bench client its own; not pinned")
+        return None
+    servers, harness = plan
+    os.sched_setaffinity(0, harness)
+    st.log("pin: servers on CPUs " + " | ".join(map(cpu_list, servers))
+           + f", bench client on {cpu_list(harness)}")
+    return servers
+
+
 def server_groups(members, side_by_side):
     """Servers that run at the same time: one at a time by default; with
     --side-by-side all of the call's servers together, so their repeats
@@ -278,8 +332,9 @@ def serve_group(st, a, group, target, draft, vocab):
                                  max_total_tokens=a.max_total_tokens,
                                  extra=server_extra_args(a))
             st.log(f"launch {m.tag}: {' '.join(cmd[1:])}")
+            cpus = st.server_cpus[i] if st.server_cpus else None
             m.srv = Server(cmd, m.env, os.path.join(a.work_dir, f"server-{m.tag}.log"),
-                           start_timeout=start_timeout(st))
+                           start_timeout=start_timeout(st), cpus=cpus)
             stack.callback(m.srv.__exit__)
             m.srv.launch()
             if i + 1 < len(group):
@@ -288,6 +343,8 @@ def serve_group(st, a, group, target, draft, vocab):
             m.srv.wait_ready()
             start = {"setting": m.tag, "start_s": round(m.srv.start_s, 1),
                      "side_by_side": len(group)}
+            if m.srv.cpus:
+                start["cpus"] = cpu_list(m.srv.cpus)
             said = sglpatch_line(m.srv.log_path)
             if said:  # a patched server: the series and its seq_lens host pull
                 start["sglpatch_line"] = said

@@ -94,9 +94,10 @@ def server_command(python, target, draft, port, attention_backend, speculative,
 class Server:
     """Context manager: launch, wait until it serves, stop by PID."""
 
-    def __init__(self, cmd, env, log_path, start_timeout=900):
+    def __init__(self, cmd, env, log_path, start_timeout=900, cpus=None):
         self.cmd, self.env, self.log_path = cmd, env, log_path
         self.start_timeout = start_timeout
+        self.cpus = cpus  # logical CPUs the server's processes may run on, or None
         self.port = int(cmd[cmd.index("--port") + 1])
         self.url = f"http://127.0.0.1:{self.port}"
         self.proc = None
@@ -119,8 +120,13 @@ class Server:
         self.log = open(self.log_path, "w")
         self.log.write(" ".join(self.cmd) + "\n")
         self.log.flush()
+        cpus = self.cpus
+        # set in the child before exec: every process sglang forks from it
+        # (schedulers, detokenizer) inherits the set
+        pin = (lambda: os.sched_setaffinity(0, cpus)) if cpus else None
         self.proc = subprocess.Popen(self.cmd, env=self.env, stdout=self.log,
-                                     stderr=subprocess.STDOUT, start_new_session=True)
+                                     stderr=subprocess.STDOUT, start_new_session=True,
+                                     preexec_fn=pin)
         return self
 
     def wait_ready(self):

@@ -44,6 +44,7 @@ LAUNCH_SERVER = textwrap.dedent('''
             fh.write(json.dumps({"t": time.time(), "port": port, "event": event,
                                  "argv": argv,
                                  "gpus": os.environ.get("CUDA_VISIBLE_DEVICES"),
+                                 "cpus": sorted(os.sched_getaffinity(0)),
                                  "jit_cache": {k: os.environ.get(k) for k in (
                                      "FLASHINFER_WORKSPACE_BASE", "TRITON_CACHE_DIR")}}) + "\\n")
 
@@ -201,7 +202,8 @@ BENCH_SERVING = textwrap.dedent('''
     port, conc, n = int(opt("--port")), int(opt("--max-concurrency")), int(opt("--num-prompts"))
     with open(os.environ["FAKE_JOURNAL"], "a") as fh:
         fh.write(json.dumps({"t": time.time(), "port": port, "event": "bench",
-                             "concurrency": conc}) + "\\n")
+                             "concurrency": conc,
+                             "cpus": sorted(os.sched_getaffinity(0))}) + "\\n")
     time.sleep(0.05)
     # TPOT that tells the servers apart: 1 ms a concurrency step, +0.5 on 30000s+10
     tpot = 1.0 + conc + (port % 100) / 20.0

@@ -220,3 +220,55 @@ def test_servers_keep_compiled_kernels_under_the_work_dir(tmp_path):
     (first, *_) = [e["jit_cache"] for e in events if e["event"] == "up"]
     assert first["FLASHINFER_WORKSPACE_BASE"] == mine
     assert first["TRITON_CACHE_DIR"] == os.path.join(str(tmp_path / "mine" / "work"), "jit-cache", "triton")
+
+
+def fake_topology(root, cpus, per_core=1):
+    """A sysfs CPU tree where `cpus` form cores of `per_core` siblings."""
+    for i, cpu in enumerate(cpus):
+        topo = root / f"cpu{cpu}" / "topology"
+        topo.mkdir(parents=True)
+        (topo / "physical_package_id").write_text("0\n")
+        (topo / "core_id").write_text(f"{i // per_core}\n")
+    return str(root)
+
+
+def test_pin_sets_give_whole_cores_and_the_client_one():
+    import run
+
+    cores = [[0, 8], [1, 9], [2, 10], [3, 11], [4, 12], [5, 13], [6, 14], [7, 15]]
+    servers, harness = run.pin_sets(cores, 2)
+    # 8 cores: 3 each for two servers, the client one plus the one left over
+    assert servers == [[0, 1, 2, 8, 9, 10], [3, 4, 5, 11, 12, 13]]
+    assert harness == [6, 7, 14, 15]
+    assert run.cpu_list(servers[0]) == "0-2,8-10" and run.cpu_list([5]) == "5"
+    assert run.pin_sets(cores[:2], 2) is None  # no core for the client
+    assert run.pin_sets(None, 1) is None  # topology unreadable
+
+
+def test_pinned_server_and_client_run_on_their_own_cpus(tmp_path):
+    allowed = sorted(os.sched_getaffinity(0))
+    if len(allowed) < 2:
+        import pytest
+
+        pytest.skip("needs two CPUs to pin a server and the client apart")
+    sysfs = fake_topology(tmp_path / "sys", allowed[:2])
+    events, data = _run(tmp_path, "--pin-cpus", env={"SGLPATCH_CPU_SYSFS": sysfs})
+    ups = [e for e in events if e["event"] == "up"]
+    assert ups and all(e["cpus"] == [allowed[0]] for e in ups)
+    benches = [e for e in events if e["event"] == "bench"]
+    assert benches and all(e["cpus"] == [allowed[1]] for e in benches)
+    assert data["bench"]["pin_cpus"] is True
+    assert [s["cpus"] for s in data["server_starts"]] == [str(allowed[0])] * len(ups)
+
+
+def test_too_few_cores_to_pin_runs_unpinned_and_says_so(tmp_path):
+    allowed = sorted(os.sched_getaffinity(0))
+    # one core (two siblings) cannot hold two side-by-side servers and the client
+    sysfs = fake_topology(tmp_path / "sys", allowed[:2], per_core=2)
+    events, data = _run(tmp_path, "--pin-cpus", "--side-by-side", "--max-total-tokens", "999",
+                        env={"SGLPATCH_CPU_SYSFS": sysfs})
+    assert all(e["cpus"] == allowed for e in events if e["event"] in ("up", "bench"))
+    assert data["bench"]["pin_cpus"] is False
+    assert all("cpus" not in s for s in data["server_starts"])
+    log = (tmp_path / "out" / "e2e-log.txt").read_text()
+    assert "cannot give each of 2 server(s) and the bench client its own; not pinned" in log

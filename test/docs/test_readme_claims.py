@@ -404,3 +404,97 @@ def test_default_backend_claim_matches_its_results():
     ratios = [p["tpot_ms"] / b["tpot_ms"] for c in (1, 8, 32)
               for p, b in zip(first[("patched", c)]["samples"], first[("base", c)]["samples"])]
     assert (round(min(ratios), 2), round(max(ratios), 2)) == (float(m.group(1)), float(m.group(2)))
+
+def test_flashinfer_concurrency_1_claim_matches_its_results():
+    stem = "2026-11-26-h100-flashinfer-c1-two-calls"
+    m, data = h100_claim(
+        rf"\({stem}, (\d+) base and (\d+) patched repeats, greedy equal\) give a median of "
+        r"([\d.]+), paired ([\d.]+) \[([\d.]+), ([\d.]+)\], patched faster in (\d) of (\d) "
+        r"repeats: the repeats scatter from ([\d.]+) to ([\d.]+) ms", stem)
+    runs = {r["variant"]: r for r in data["runs"]}
+    assert all(r["concurrency"] == 1 and r["attention_backend"] == "flashinfer"
+               for r in runs.values())
+    assert [runs["base"]["repeats"], runs["patched"]["repeats"]] == [int(m.group(1)), int(m.group(2))]
+    assert len({g["sha256"] for g in data["greedy_runs"]}) == 1
+    assert f"{runs['patched']['tpot_ms_median'] / runs['base']['tpot_ms_median']:.2f}" == m.group(3)
+    (pair,) = report.results.paired_ratios(data)
+    lo, hi = pair["interval_90"]
+    assert (f"{pair['geo_mean']:.2f}", f"{lo:.2f}", f"{hi:.2f}") == m.groups()[3:6]
+    assert (pair["below_1"], len(pair["ratios"])) == (int(m.group(7)), int(m.group(8)))
+    tpots = [x["tpot_ms"] for r in runs.values() for x in r["samples"]]
+    assert (f"{min(tpots):.1f}", f"{max(tpots):.1f}") == m.groups()[8:]
+
+
+def probe_rows(folder):
+    """{build basename: its batch-size-1 row} of a host-time probe folder
+    (rank 0)."""
+    import glob
+
+    rows = {}
+    for path in glob.glob(os.path.join(RESULTS, "2026-11-26-h100-probes", folder, "*-host.json")):
+        with open(path) as fh:
+            d = json.load(fh)
+        if d["rank"] in (0, None):
+            rows[os.path.basename(d["build"])] = d["by_batch_size"]["1"]
+    return rows["sb-probe"], rows["sp-probe"]
+
+
+def test_flashinfer_host_time_claim_matches_the_probe():
+    sys.path.insert(0, os.path.join(REPO, "benchmark", "probes"))
+    import host_time
+
+    m = re.search(r"a patched step took ([\d.]+) times base's \(median ([\d.]+) against "
+                  r"([\d.]+) ms\), .* take ~(\d+) us a step more than 0.5.12.post1's \(publish, "
+                  r"stash, the pull and its gather: (\d+) us, against (\d+) us for what they "
+                  r"replace\), and the code both builds run alike ran ([\d.]+) times as long in "
+                  r"the patched server .* puts at ([\d.]+) to ([\d.]+) in the probe calls before "
+                  r"\(batch size 1, rank 0\)",
+                  readme())
+    assert m, "the README's flashinfer host-time sentence is gone"
+    base, patched = probe_rows("flashinfer-host-time")
+    b50, p50 = base["iteration_us_p50_p90_p99"][0], patched["iteration_us_p50_p90_p99"][0]
+    assert (f"{p50 / b50:.2f}", f"{p50 / 1000:.2f}", f"{b50 / 1000:.2f}") == m.groups()[:3]
+    only_patched = sum(patched["functions"][f][1] for f in (
+        "FutureMap.publish", "FutureMap.stash_batch_result", "FutureMap.resolve_seq_lens_cpu",
+        "FutureMap.set_input_ids_sentinel"))
+    only_base = sum(base["functions"][f][1] for f in (
+        "FutureMap.alloc_future_indices", "FutureMap.store_to_map",
+        "ScheduleBatch.get_model_worker_batch", "ScheduleBatch.maybe_wait_verify_done"))
+    assert (round(only_patched), round(only_base)) == (int(m.group(5)), int(m.group(6)))
+    assert abs((only_patched - only_base) - int(m.group(4))) < 5
+    _, shared = host_time.shared_code_ratio(patched, base)
+    assert f"{shared:.2f}" == m.group(7)
+    before = []
+    for folder in ("tp2-host-time", "gc-garbage"):
+        b, p = probe_rows(folder)
+        before.append(host_time.shared_code_ratio(p, b)[1])
+    assert (f"{min(before):.2f}", f"{max(before):.2f}") == m.groups()[7:]
+
+
+def test_benchmark_readme_flashinfer_rows_match_their_results():
+    with open(os.path.join(REPO, "benchmark", "README.md")) as fh:
+        text = fh.read()
+    for stem in ("2026-11-26-h100-flashinfer-eagle3", "2026-11-26-h100-flashinfer-c1-two-calls",
+                 "2026-11-26-h100-flashinfer-host-time"):
+        m = re.search(rf"\| \[{stem}\]\(results/{stem}\.md\) \| [^|]+ \| ([\d.—]+) \| "
+                      rf"([\d.—]+) \| ([\d.—]+) \| ([\d /–]+) \| base = patched \|", text)
+        assert m, f"benchmark/README.md has no flashinfer row for {stem}"
+        data = load(stem)
+        assert data["card"].startswith("NVIDIA H100")
+        assert len({g["sha256"] for g in data["greedy_runs"]}) == 1
+        runs = {(r["variant"], r["concurrency"]): r for r in data["runs"]}
+        assert all(r["attention_backend"] == "flashinfer" for r in runs.values())
+        for c, cell in zip((1, 8, 32), m.groups()[:3]):
+            if ("patched", c) in runs and ("base", c) in runs:
+                ratio = runs[("patched", c)]["tpot_ms_median"] / runs[("base", c)]["tpot_ms_median"]
+                assert f"{ratio:.2f}" == cell
+            else:
+                assert cell == "—"
+        paired = [r for (v, c), r in runs.items() if ("base", c) in runs and ("patched", c) in runs]
+        counts = sorted({r["repeats"] for r in paired})
+        if len(paired) == 2 and len(counts) == 2:  # one point: "base / patched" repeats
+            (c,) = {r["concurrency"] for r in paired}
+            expected = f"{runs[('base', c)]['repeats']} / {runs[('patched', c)]['repeats']}"
+        else:
+            expected = str(counts[0]) if len(counts) == 1 else f"{counts[0]}–{counts[-1]}"
+        assert m.group(4) == expected, (stem, m.group(4), expected)
