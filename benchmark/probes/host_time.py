@@ -387,6 +387,12 @@ def _iteration_cell(row):
     return cell + (f" (p50/p90/p99 {' / '.join(map(str, pct))})" if pct else "")
 
 
+def p50(row):
+    """A row's median iteration time, or None in files that predate it."""
+    pct = row.get("iteration_us_p50_p90_p99")
+    return pct[0] if pct else None
+
+
 def shared_code_ratio(row, ref):
     """(n, geometric mean over the SHARED_CODE functions both rows ran of
     row's time per call over ref's), or None when they share none."""
@@ -433,6 +439,14 @@ def table(reports, min_us=5.0):
             cells = ["1"] + [f"{r[1]:.3f} ({r[0]} functions)" if r else "—"
                              for r in shared]
             lines.append("| (shared code: time per call / first build's) | "
+                         + " | ".join(cells) + " |")
+            # a step bound by the host scales with the host's speed: what is
+            # left of the iteration ratio once that is divided out is the
+            # build's own share
+            cells = ["1"] + [
+                f"{p50(rows[b]) / p50(ref) / r[1]:.3f}" if r and p50(rows[b]) and p50(ref) else "—"
+                for b, r in zip(builds[1:], shared)]
+            lines.append("| (iteration p50 / first build's, over the shared-code ratio) | "
                          + " | ".join(cells) + " |")
     lines += gc_table(reports)
     return "\n".join(lines)

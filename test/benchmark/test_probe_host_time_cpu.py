@@ -269,12 +269,16 @@ def test_shared_code_row_is_the_geometric_mean_of_per_call_ratios(tmp_path):
         d.mkdir()
         (d / "1-host.json").write_text(json.dumps({
             "pid": 1, "rank": 0, "build": build, "by_batch_size": {
-                "1": {"iterations": 5, "iteration_us": 100.0, "functions": functions}}}))
+                "1": {"iterations": 5, "iteration_us": 100.0, "functions": functions,
+                      "iteration_us_p50_p90_p99": [
+                          100.0 if build == "/tmp/sb" else 126.4, 0, 0]}}}))
     n, ratio = host_time.shared_code_ratio(
         {"functions": fns["/tmp/sp"]}, {"functions": fns["/tmp/sb"]})
     assert n == 2 and abs(ratio - (1.2 * 1.1) ** 0.5) < 1e-9
     out = host_time.table(host_time.load([str(tmp_path)]))
     assert "| (shared code: time per call / first build's) | 1 | 1.149 (2 functions) |" in out
+    # 1.264 / 1.149: the second build's step is 10% longer at the same host speed
+    assert "| (iteration p50 / first build's, over the shared-code ratio) | 1 | 1.100 |" in out
     # no shared function run by both builds: no row
     assert host_time.shared_code_ratio({"functions": {}}, {"functions": fns["/tmp/sb"]}) is None
 

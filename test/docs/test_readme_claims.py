@@ -469,6 +469,14 @@ def test_flashinfer_host_time_claim_matches_the_probe():
         b, p = probe_rows(folder)
         before.append(host_time.shared_code_ratio(p, b)[1])
     assert (f"{min(before):.2f}", f"{max(before):.2f}") == m.groups()[7:]
+    m = re.search(r"Divided by that host speed, a patched step took ([\d.]+) times base's "
+                  r"\(the table's last row\), about what the relay's extra (\d+) us are of "
+                  r"base's ([\d.]+) ms step", readme())
+    assert m, "the README's host-speed sentence is gone"
+    corrected = p50 / b50 / shared
+    assert f"{corrected:.2f}" == m.group(1) and f"{b50 / 1000:.2f}" == m.group(3)
+    # "about": the relay's extra time is within a point of the corrected excess
+    assert abs((corrected - 1) - int(m.group(2)) / b50) < 0.01
 
 
 def test_benchmark_readme_flashinfer_rows_match_their_results():
@@ -498,3 +506,29 @@ def test_benchmark_readme_flashinfer_rows_match_their_results():
         else:
             expected = str(counts[0]) if len(counts) == 1 else f"{counts[0]}–{counts[-1]}"
         assert m.group(4) == expected, (stem, m.group(4), expected)
+
+
+def test_tp2_host_speed_claim_in_known_limits_matches_the_probe():
+    sys.path.insert(0, os.path.join(REPO, "benchmark", "probes"))
+    import glob
+
+    import host_time
+
+    with open(os.path.join(REPO, "docs", "architecture.md")) as fh:
+        text = " ".join(fh.read().split())
+    m = re.search(r"the code both builds share (\d+)% \(rank 0\) and (\d+)% \(rank 1\) faster "
+                  r"\(the table's shared-code row\)\. Divided by that, a patched step took "
+                  r"([\d.]+) and ([\d.]+) times base's", text)
+    assert m, "Known limits' TP=2 host-speed sentence is gone"
+    rows = {}
+    for path in glob.glob(os.path.join(RESULTS, "2026-11-26-h100-probes", "tp2-host-time",
+                                       "*-host.json")):
+        with open(path) as fh:
+            d = json.load(fh)
+        rows[(os.path.basename(d["build"]), d["rank"])] = d["by_batch_size"]["1"]
+    for rank, faster, corrected in ((0, m.group(1), m.group(3)), (1, m.group(2), m.group(4))):
+        base, patched = rows[("sb-probe", rank)], rows[("sp-probe", rank)]
+        _, shared = host_time.shared_code_ratio(patched, base)
+        assert f"{round((1 - shared) * 100)}" == faster
+        step = host_time.p50(patched) / host_time.p50(base) / shared
+        assert f"{step:.2f}" == corrected
