@@ -21,7 +21,7 @@ import sizing
 import trace_steps
 from bench import BenchRunner, probe_throughput, run_bench
 from builds import apply_series, detect_card, ensure_models, load_fmap, parse_variant, variant_env
-from pairs import cpu_cores
+from pairs import cpu_cores, cpu_slices
 from server import Server, free_port, server_command, sglpatch_line
 
 
@@ -262,9 +262,8 @@ def pin_sets(cores, k):
     rest. (server sets, harness set), or None with fewer than k + 1 cores."""
     if not cores or len(cores) < k + 1:
         return None
-    w = (len(cores) - 1) // k
-    flat = lambda group: sorted(cpu for core in group for cpu in core)  # noqa: E731
-    return [flat(cores[i * w:(i + 1) * w]) for i in range(k)], flat(cores[k * w:])
+    taken = (len(cores) - 1) // k * k  # the cores that divide evenly, the client's core left out
+    return cpu_slices(cores[:taken], k), sorted(cpu for core in cores[taken:] for cpu in core)
 
 
 def cpu_list(cpus):

@@ -98,8 +98,6 @@ TARGETS = {
     # whose step is bound by the GPU, near 0 where the host is the bottleneck.
     "torch.cuda.streams": ["Event.synchronize", "Stream.synchronize"],
 }
-# SGLPATCH_HOST_TIME_EXTRA: more functions to time without editing this
-# file, "module:Class.method" or "module:function", comma-separated.
 # Targets whose source the series leaves as in 0.5.12.post1, whose callees
 # are unchanged too (kernel and graph launches, the attention backends'
 # metadata) and whose inputs it does not change. Two servers spend different
@@ -116,6 +114,8 @@ SHARED_CODE = (
     "FlashInferAttnBackend.init_forward_metadata_replay_cuda_graph",
     "FlashInferMultiStepDraftBackend.init_forward_metadata_replay_cuda_graph",
 )
+# SGLPATCH_HOST_TIME_EXTRA: more functions to time without editing this
+# file, "module:Class.method" or "module:function", comma-separated.
 EXTRA_ENV = "SGLPATCH_HOST_TIME_EXTRA"
 ITERATION = "Scheduler.run_batch"  # its calls cut the time into iterations
 MAX_KEPT = 50000  # iteration times kept per batch size, for the percentiles

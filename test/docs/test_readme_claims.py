@@ -10,7 +10,9 @@ import sys
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 RESULTS = os.path.join(REPO, "benchmark", "results")
 sys.path.insert(0, os.path.join(REPO, "benchmark"))
+sys.path.insert(0, os.path.join(REPO, "benchmark", "probes"))
 
+import host_time  # noqa: E402
 import report  # noqa: E402
 
 
@@ -425,24 +427,16 @@ def test_flashinfer_concurrency_1_claim_matches_its_results():
     assert (f"{min(tpots):.1f}", f"{max(tpots):.1f}") == m.groups()[8:]
 
 
-def probe_rows(folder):
-    """{build basename: its batch-size-1 row} of a host-time probe folder
-    (rank 0)."""
-    import glob
-
-    rows = {}
-    for path in glob.glob(os.path.join(RESULTS, "2026-11-26-h100-probes", folder, "*-host.json")):
-        with open(path) as fh:
-            d = json.load(fh)
-        if d["rank"] in (0, None):
-            rows[os.path.basename(d["build"])] = d["by_batch_size"]["1"]
+def probe_rows(folder, rank=0):
+    """Base's and patched's batch-size-1 rows of one rank in a host-time
+    probe folder (a server without tensor parallelism records rank None)."""
+    rows = {os.path.basename(r["build"]): r["by_batch_size"]["1"]
+            for r in host_time.load([os.path.join(RESULTS, "2026-11-26-h100-probes", folder)])
+            if r["rank"] in ((0, None) if rank == 0 else (rank,))}
     return rows["sb-probe"], rows["sp-probe"]
 
 
 def test_flashinfer_host_time_claim_matches_the_probe():
-    sys.path.insert(0, os.path.join(REPO, "benchmark", "probes"))
-    import host_time
-
     m = re.search(r"a patched step took ([\d.]+) times base's \(median ([\d.]+) against "
                   r"([\d.]+) ms\), .* take ~(\d+) us a step more than 0.5.12.post1's \(publish, "
                   r"stash, the pull and its gather: (\d+) us, against (\d+) us for what they "
@@ -509,25 +503,14 @@ def test_benchmark_readme_flashinfer_rows_match_their_results():
 
 
 def test_tp2_host_speed_claim_in_known_limits_matches_the_probe():
-    sys.path.insert(0, os.path.join(REPO, "benchmark", "probes"))
-    import glob
-
-    import host_time
-
     with open(os.path.join(REPO, "docs", "architecture.md")) as fh:
         text = " ".join(fh.read().split())
     m = re.search(r"the code both builds share (\d+)% \(rank 0\) and (\d+)% \(rank 1\) faster "
                   r"\(the table's shared-code row\)\. Divided by that, a patched step took "
                   r"([\d.]+) and ([\d.]+) times base's", text)
     assert m, "Known limits' TP=2 host-speed sentence is gone"
-    rows = {}
-    for path in glob.glob(os.path.join(RESULTS, "2026-11-26-h100-probes", "tp2-host-time",
-                                       "*-host.json")):
-        with open(path) as fh:
-            d = json.load(fh)
-        rows[(os.path.basename(d["build"]), d["rank"])] = d["by_batch_size"]["1"]
     for rank, faster, corrected in ((0, m.group(1), m.group(3)), (1, m.group(2), m.group(4))):
-        base, patched = rows[("sb-probe", rank)], rows[("sp-probe", rank)]
+        base, patched = probe_rows("tp2-host-time", rank)
         _, shared = host_time.shared_code_ratio(patched, base)
         assert f"{round((1 - shared) * 100)}" == faster
         step = host_time.p50(patched) / host_time.p50(base) / shared
