@@ -41,11 +41,14 @@ def parse_variant(spec):
 
 # Where a server's compiled kernels go, under the run's work dir: flashinfer
 # compiles its kernels at a server's first start (minutes, without its cubins,
-# as in the device kit) and Triton its own; by default both write under $HOME.
-# The work dir is in /tmp on the GPU machine, which a warm machine keeps
-# between calls, so a later call's servers find them there. Every build of a
-# call shares them: the caches key each kernel by its source and version.
-JIT_CACHE_VARS = {"FLASHINFER_WORKSPACE_BASE": "flashinfer", "TRITON_CACHE_DIR": "triton"}
+# as in the device kit), Triton its own, and sglang its JIT kernels
+# (sglang.jit_kernel, built by tvm-ffi at their first use, during the first
+# CUDA-graph capture); by default all write under $HOME. The work dir is in
+# /tmp on the GPU machine, which a warm machine keeps between calls, so a
+# later call's servers find them there. Every build of a call shares them:
+# the caches key each kernel by its source and version.
+JIT_CACHE_VARS = {"FLASHINFER_WORKSPACE_BASE": "flashinfer", "TRITON_CACHE_DIR": "triton",
+                  "TVM_FFI_CACHE_DIR": "tvm-ffi"}
 
 
 def variant_env(site, work_dir=None):

@@ -46,7 +46,8 @@ LAUNCH_SERVER = textwrap.dedent('''
                                  "gpus": os.environ.get("CUDA_VISIBLE_DEVICES"),
                                  "cpus": sorted(os.sched_getaffinity(0)),
                                  "jit_cache": {k: os.environ.get(k) for k in (
-                                     "FLASHINFER_WORKSPACE_BASE", "TRITON_CACHE_DIR")}}) + "\\n")
+                                     "FLASHINFER_WORKSPACE_BASE", "TRITON_CACHE_DIR",
+                                     "TVM_FFI_CACHE_DIR")}}) + "\\n")
 
     def is_aborted(rid):  # sglang: req.rid.startswith(recv_req.rid)
         return rid is not None and any(rid.startswith(a) for a in list(aborted))

@@ -206,15 +206,16 @@ def test_a_start_up_that_outlives_the_deadline_is_given_up_in_time(tmp_path):
 
 
 def test_servers_keep_compiled_kernels_under_the_work_dir(tmp_path):
-    """flashinfer's and Triton's kernel caches go under the run's work dir
-    (in /tmp on the GPU machine, which a warm machine keeps), shared by the
-    builds; a cache the caller chose is kept."""
+    """flashinfer's, Triton's and sglang's JIT (tvm-ffi) kernel caches go
+    under the run's work dir (in /tmp on the GPU machine, which a warm
+    machine keeps), shared by the builds; a cache the caller chose is kept."""
     events, _ = _run(tmp_path, "--side-by-side", "--max-total-tokens", "12345")
     work = str(tmp_path / "work")
     caches = [e["jit_cache"] for e in events if e["event"] == "up"]
     assert len(caches) == 2 and caches[0] == caches[1]
     assert caches[0] == {"FLASHINFER_WORKSPACE_BASE": os.path.join(work, "jit-cache", "flashinfer"),
-                         "TRITON_CACHE_DIR": os.path.join(work, "jit-cache", "triton")}
+                         "TRITON_CACHE_DIR": os.path.join(work, "jit-cache", "triton"),
+                         "TVM_FFI_CACHE_DIR": os.path.join(work, "jit-cache", "tvm-ffi")}
     mine = str(tmp_path / "my-flashinfer")
     events, _ = _run(tmp_path / "mine", env={"FLASHINFER_WORKSPACE_BASE": mine})
     (first, *_) = [e["jit_cache"] for e in events if e["event"] == "up"]

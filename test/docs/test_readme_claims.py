@@ -594,3 +594,24 @@ def test_pinned_tensor_parallel_claims():
                 if all(r["tp"] == 2 for r in load(s)["runs"])]
     said = ", ".join(f"{x:.2f}" for x in h100_tp2[:-1]) + f" and {h100_tp2[-1]:.2f}"
     assert f"unpinned H100 calls gave {said} for that cell" in " ".join(text.split())
+
+
+def test_startup_capture_claim():
+    """benchmark/README.md: the capture and first-batch-size ranges of the
+    pinned H200 calls' servers, and the ready times it names."""
+    with open(os.path.join(RESULTS, "2026-11-26-h200x4-probes", "startup-capture.json")) as fh:
+        rows = json.load(fh)
+    assert len(rows) == 8  # two servers a call, the TP=2 call's two copies
+    capture = [r["capture_s"] for r in rows]
+    first = [r["first_bs_s"] for r in rows]
+    rest = [r["capture_s"] - r["first_bs_s"] for r in rows]
+    with open(os.path.join(REPO, "benchmark", "README.md")) as fh:
+        text = " ".join(fh.read().split())
+    assert (f"capture ({min(capture):.0f} to {max(capture):.0f} s, every server of the three "
+            f"calls), nearly all of it in its first batch size ({min(first)} to {max(first)} s; "
+            f"the other nineteen take {int(min(rest))} to {round(max(rest))} s together)") in text
+    assert all(r["sizes"] == 20 for r in rows)
+    starts = [s["start_s"] for s in load("2026-11-26-h200x4-tp4-eagle3-pinned-two-calls")["server_starts"]]
+    ready = [int(x) for x in starts]
+    assert (f"ready in {ready[0]} / {ready[1]} s on a fresh machine and {ready[2]} / {ready[3]} s "
+            "in the next call on the warm one") in text

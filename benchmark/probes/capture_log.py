@@ -1,0 +1,95 @@
+"""Where a server's start went, from its log: the target model's CUDA-graph
+capture, and how much of it the first batch size took.
+
+sglang captures one CUDA graph per batch size, largest first, and logs a
+progress bar ("Capturing batches (bs=32 ...): 5%| 1/20 [03:46<...") and, at
+the end, "Capture cuda graph end. Time elapsed: 231.55 s". Work done once
+per process (compiling or loading kernels) lands in the first batch size,
+so a first size much slower than the rest points there rather than at the
+capture itself.
+
+    python3 capture_log.py DIR [--out FILE.json]
+
+DIR holds a call's `server-<setting>.log` files, at any depth (the unpacked
+server-logs.tgz of benchmark/device_compare.sh; with PAIRS, one folder per
+copy). Prints a markdown table and, with --out, writes the rows as JSON.
+"""
+
+import argparse
+import glob
+import json
+import os
+import re
+import sys
+
+CAPTURE_END = re.compile(r"Capture cuda graph end\. Time elapsed: ([0-9.]+) s")
+# the bar's first step: "1/20 [03:46<" (minutes:seconds, or h:mm:ss)
+FIRST_SIZE = re.compile(r"Capturing batches \(bs=(\d+)[^)]*\):\s+\d+%\|[^|]*\|\s*1/(\d+) \[([\d:]+)<")
+
+
+def seconds(clock):
+    """"03:46" or "1:03:46" -> seconds."""
+    total = 0
+    for part in clock.split(":"):
+        total = total * 60 + int(part)
+    return total
+
+
+def read_log(path):
+    """The log's first (target model) capture: its total seconds, the first
+    batch size and the seconds its step took, the number of sizes. None
+    where the log holds no finished capture."""
+    with open(path, errors="replace") as fh:
+        text = fh.read().replace("\r", "\n")
+    end = CAPTURE_END.search(text)
+    if end is None:
+        return None
+    first = FIRST_SIZE.search(text, 0, end.start())
+    row = {"capture_s": float(end.group(1))}
+    if first:
+        row.update(first_bs=int(first.group(1)), sizes=int(first.group(2)),
+                   first_bs_s=seconds(first.group(3)))
+    return row
+
+
+def collect(dir_path):
+    rows = []
+    pattern = os.path.join(dir_path, "**", "server-*.log")
+    for path in sorted(glob.glob(pattern, recursive=True)):
+        row = read_log(path)
+        if row is not None:
+            rel = os.path.relpath(path, dir_path)
+            rows.append({"server": rel[:-len(".log")].replace("server-", "", 1), **row})
+    return rows
+
+
+def table(rows):
+    out = ["| server | capture s | first batch size | its step s | sizes |", "|---|---|---|---|---|"]
+    for r in rows:
+        out.append(f"| {r['server']} | {r['capture_s']:.1f} | {r.get('first_bs', '—')} | "
+                   f"{r.get('first_bs_s', '—')} | {r.get('sizes', '—')} |")
+    return "\n".join(out)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("dir")
+    ap.add_argument("--out", help="also write the rows as JSON here")
+    a = ap.parse_args(argv)
+    if not os.path.isdir(a.dir):
+        print(f"capture_log: {a.dir}: not a folder", file=sys.stderr)
+        return 2
+    rows = collect(a.dir)
+    if not rows:
+        print(f"capture_log: no server log with a finished capture under {a.dir}", file=sys.stderr)
+        return 1
+    print(table(rows))
+    if a.out:
+        with open(a.out, "w") as fh:
+            json.dump(rows, fh, indent=1)
+            fh.write("\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
