@@ -615,3 +615,19 @@ def test_startup_capture_claim():
     ready = [int(x) for x in starts]
     assert (f"ready in {ready[0]} / {ready[1]} s on a fresh machine and {ready[2]} / {ready[3]} s "
             "in the next call on the warm one") in text
+
+
+def test_pinned_calls_ran_slower_than_the_unpinned_ones():
+    """benchmark/README.md: at TP=2 the pinned H200 call's medians over each
+    unpinned H100 TP=2 call's, cell by cell and build by build."""
+    pinned = tp_ratios(load(PINNED_TP_CALLS[1]))[1]
+    ratios = []
+    for stem in TP_CALLS:
+        runs = tp_ratios(load(stem))[1]
+        if all(r["tp"] == 2 for r in runs.values()):
+            ratios += [pinned[k]["tpot_ms_median"] / runs[k]["tpot_ms_median"] for k in runs]
+    assert len(ratios) == 3 * 6 and min(ratios) > 1
+    with open(os.path.join(REPO, "benchmark", "README.md")) as fh:
+        text = " ".join(fh.read().split())
+    assert (f"at TP=2 their median TPOT was {min(ratios):.2f} to {max(ratios):.2f} times that "
+            f"of the three unpinned H100 calls, cell by cell") in text
