@@ -17,10 +17,11 @@ copy). Prints a markdown table and, with --out, writes the rows as JSON.
 
 import argparse
 import glob
-import json
 import os
 import re
 import sys
+
+from decode_log import emit  # the log probes print a page and write its JSON alike
 
 CAPTURE_END = re.compile(r"Capture cuda graph end\. Time elapsed: ([0-9.]+) s")
 # the bar's first step: "1/20 [03:46<" (minutes:seconds, or h:mm:ss)
@@ -83,11 +84,7 @@ def main(argv=None):
     if not rows:
         print(f"capture_log: no server log with a finished capture under {a.dir}", file=sys.stderr)
         return 1
-    print(table(rows))
-    if a.out:
-        with open(a.out, "w") as fh:
-            json.dump(rows, fh, indent=1)
-            fh.write("\n")
+    emit(table(rows), rows, a.out)
     return 0
 
 

@@ -108,12 +108,18 @@ def main(argv=None):
         print(f"decode_log: no rank-0 'Decode batch' line at #running-req {a.running_req} "
               f"in {a.dir}/server-*.log", file=sys.stderr)
         return 1
-    print(table(data), end="")
-    if a.out:
-        with open(a.out, "w") as fh:
+    emit(table(data).rstrip("\n"), data, a.out)
+    return 0
+
+
+def emit(page, data, out=None):
+    """Print a probe's markdown page and, given `out`, write its data there
+    as JSON (the log probes' common output: capture_log.py uses it too)."""
+    print(page)
+    if out:
+        with open(out, "w") as fh:
             json.dump(data, fh, indent=1)
             fh.write("\n")
-    return 0
 
 
 if __name__ == "__main__":
