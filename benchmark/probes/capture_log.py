@@ -21,7 +21,7 @@ import os
 import re
 import sys
 
-from decode_log import emit  # the log probes print a page and write its JSON alike
+from decode_log import run_probe  # the log probes' command, shared
 
 CAPTURE_END = re.compile(r"Capture cuda graph end\. Time elapsed: ([0-9.]+) s")
 # the bar's first step: "1/20 [03:46<" (minutes:seconds, or h:mm:ss)
@@ -77,15 +77,9 @@ def main(argv=None):
     ap.add_argument("dir")
     ap.add_argument("--out", help="also write the rows as JSON here")
     a = ap.parse_args(argv)
-    if not os.path.isdir(a.dir):
-        print(f"capture_log: {a.dir}: not a folder", file=sys.stderr)
-        return 2
-    rows = collect(a.dir)
-    if not rows:
-        print(f"capture_log: no server log with a finished capture under {a.dir}", file=sys.stderr)
-        return 1
-    emit(table(rows), rows, a.out)
-    return 0
+    return run_probe("capture_log", a.dir, lambda: collect(a.dir), table, a.out,
+                     empty=lambda rows: not rows,
+                     nothing=f"no server log with a finished capture under {a.dir}")
 
 
 if __name__ == "__main__":

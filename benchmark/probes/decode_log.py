@@ -100,26 +100,31 @@ def main(argv=None):
     p.add_argument("--min-lines", type=int, default=3)
     p.add_argument("--out", help="also write the numbers as JSON here")
     a = p.parse_args(argv)
-    if not os.path.isdir(a.dir):
-        print(f"decode_log: {a.dir}: not a directory", file=sys.stderr)
+    return run_probe(
+        "decode_log", a.dir, lambda: summarize(a.dir, a.running_req, a.window_s, a.min_lines),
+        lambda data: table(data).rstrip("\n"), a.out, empty=lambda data: not data["builds"],
+        nothing=f"no rank-0 'Decode batch' line at #running-req {a.running_req} "
+                f"in {a.dir}/server-*.log")
+
+
+def run_probe(name, dir_path, collect, page, out, empty, nothing):
+    """The log probes' command (capture_log.py and admission_log.py use it
+    too): 2 with one line for a DIR that is not a directory, 1 with
+    `nothing` when DIR holds nothing the probe reads (`empty(data)`), else
+    print the markdown page and, given `out`, write the data there as JSON."""
+    if not os.path.isdir(dir_path):
+        print(f"{name}: {dir_path}: not a directory", file=sys.stderr)
         return 2
-    data = summarize(a.dir, a.running_req, a.window_s, a.min_lines)
-    if not data["builds"]:
-        print(f"decode_log: no rank-0 'Decode batch' line at #running-req {a.running_req} "
-              f"in {a.dir}/server-*.log", file=sys.stderr)
+    data = collect()
+    if empty(data):
+        print(f"{name}: {nothing}", file=sys.stderr)
         return 1
-    emit(table(data).rstrip("\n"), data, a.out)
-    return 0
-
-
-def emit(page, data, out=None):
-    """Print a probe's markdown page and, given `out`, write its data there
-    as JSON (the log probes' common output: capture_log.py uses it too)."""
-    print(page)
+    print(page(data))
     if out:
         with open(out, "w") as fh:
             json.dump(data, fh, indent=1)
             fh.write("\n")
+    return 0
 
 
 if __name__ == "__main__":

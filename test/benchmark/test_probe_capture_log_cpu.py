@@ -11,6 +11,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 PROBE = os.path.join(REPO, "benchmark", "probes", "capture_log.py")
 sys.path.insert(0, os.path.dirname(PROBE))
 import capture_log  # noqa: E402
+from log_probe_cli import assert_refuses_bad_input  # noqa: E402
 
 
 def server_log(first_step, total_s, draft_total_s=4.05):
@@ -53,10 +54,4 @@ def test_cli_writes_json_and_refuses_bad_input(tmp_path):
     assert res.returncode == 0, res.stderr
     assert "| a | 83.1 | 32 | 71 | 20 |" in res.stdout
     assert json.loads(out.read_text())[0]["first_bs_s"] == 71
-    res = subprocess.run([sys.executable, PROBE, str(tmp_path / "nowhere")],
-                         capture_output=True, text=True)
-    assert res.returncode == 2 and res.stderr.strip().endswith("not a folder")
-    empty = tmp_path / "empty"
-    empty.mkdir()
-    res = subprocess.run([sys.executable, PROBE, str(empty)], capture_output=True, text=True)
-    assert res.returncode == 1 and "no server log with a finished capture" in res.stderr
+    assert_refuses_bad_input(PROBE, tmp_path, "no server log with a finished capture")

@@ -11,6 +11,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 PROBE = os.path.join(REPO, "benchmark", "probes", "decode_log.py")
 sys.path.insert(0, os.path.dirname(PROBE))
 import decode_log  # noqa: E402
+from log_probe_cli import assert_refuses_bad_input  # noqa: E402
 
 
 def decode_line(clock, running, tput, rank="TP0"):
@@ -82,13 +83,7 @@ def test_command_line_prints_the_table_and_writes_json(tmp_path):
 
 
 def test_bad_input_is_one_line(tmp_path):
-    res = subprocess.run([sys.executable, PROBE, str(tmp_path / "missing")],
-                         capture_output=True, text=True, timeout=60)
-    assert res.returncode == 2 and res.stderr.strip().count("\n") == 0
-    assert "not a directory" in res.stderr
-    res = subprocess.run([sys.executable, PROBE, str(tmp_path)],
-                         capture_output=True, text=True, timeout=60)
-    assert res.returncode == 1 and "no rank-0 'Decode batch' line" in res.stderr
+    assert_refuses_bad_input(PROBE, tmp_path, "no rank-0 'Decode batch' line")
 
 
 def test_committed_decode_logs_are_what_the_probe_makes_of_their_lines():

@@ -631,3 +631,49 @@ def test_pinned_calls_ran_slower_than_the_unpinned_ones():
         text = " ".join(fh.read().split())
     assert (f"at TP=2 their median TPOT was {min(ratios):.2f} to {max(ratios):.2f} times that "
             f"of the three unpinned H100 calls, cell by cell") in text
+
+
+def test_admission_log_claims():
+    """docs/architecture.md's reading of the pinned calls' logs: mean over
+    median ITL at c=32, patched over base per copy and repeat at TP=2, the
+    requests per prefill forward, and the ratios by turn."""
+    with open(os.path.join(RESULTS, "2026-11-26-h200x4-probes", "admission.json")) as fh:
+        data = json.load(fh)
+    with open(os.path.join(REPO, "docs", "architecture.md")) as fh:
+        text = " ".join(fh.read().split())
+    pts = {(p["server"], p["concurrency"], p["rep"]): p for p in data["points"]}
+    c32 = [p for p in data["points"] if p["concurrency"] == 32]
+    tail = [p["mean_itl_ms"] / p["median_itl_ms"] for p in c32]
+    p95 = [p["p95_itl_ms"] for p in c32]
+    assert (f"mean inter-token latency is {min(tail):.1f} to {max(tail):.1f} times its median in "
+            f"every point of both builds") in text
+    assert f"(P95 {min(p95):.0f} to {max(p95):.0f} ms)" in text
+
+    def ratios(prefix, reps, key):
+        out = []
+        for rep in reps:
+            b = pts.get((f"{prefix}/base-triton-ov1-EAGLE3-pcg1", 32, rep))
+            q = pts.get((f"{prefix}/patched-triton-ov1-EAGLE3-pcg1", 32, rep))
+            if b and q:
+                out.append(q[key] / b[key])
+        return out
+
+    tp2 = [f"tp2-pairs/pair{i}" for i in (0, 1)]
+    med = [x for pre in tp2 for x in ratios(pre, (0, 1), "median_itl_ms")]
+    mean = [x for pre in tp2 for x in ratios(pre, (0, 1), "mean_itl_ms")]
+    assert len(med) == 4
+    assert (f"patched's median ITL was {min(med):.2f} to {max(med):.2f} times base's in the same "
+            f"copy and repeat and its mean {min(mean):.2f} to {max(mean):.2f} times") in text
+    per = {s["server"]: s["requests_per_forward"] for s in data["servers"]}
+    base = sorted(per[f"{pre}/base-triton-ov1-EAGLE3-pcg1"] for pre in tp2)
+    patched = sorted(per[f"{pre}/patched-triton-ov1-EAGLE3-pcg1"] for pre in tp2)
+    assert (f"({patched[0]:.2f} and {patched[1]:.2f} against {base[0]:.2f} and {base[1]:.2f} "
+            "while at least 16 ran)") in text
+    odd = [x for pre in tp2 for x in ratios(pre, (1,), "median_itl_ms")]
+    odd4 = ratios("tp4-call1", (1,), "median_itl_ms")
+    even = [x for pre in tp2 + ["tp4-call1"] for x in ratios(pre, (0,), "median_itl_ms")]
+    even4b = ratios("tp4-call2", (0,), "median_itl_ms")
+    assert {f"{x:.2f}" for x in odd} == {"1.14"} and len(odd4) == 1 and len(even4b) == 1
+    assert (f"(1.14 in both TP=2 copies, {odd4[0]:.2f} at TP=4) came in the odd repeats") in text
+    assert (f"they were {min(even):.2f} to {max(even):.2f} (and {even4b[0]:.2f} in the second "
+            "TP=4 call)") in text
