@@ -677,3 +677,27 @@ def test_admission_log_claims():
     assert (f"(1.14 in both TP=2 copies, {odd4[0]:.2f} at TP=4) came in the odd repeats") in text
     assert (f"they were {min(even):.2f} to {max(even):.2f} (and {even4b[0]:.2f} in the second "
             "TP=4 call)") in text
+
+
+def test_unpinned_admission_log_claim():
+    """The unpinned H100 x2 call's reading in docs/architecture.md, from its
+    admission JSON; the file is the second call of the two-call row (its
+    c=32 TPOT samples are that call's)."""
+    with open(os.path.join(RESULTS, "2026-11-26-h100-probes",
+                           "tp2-two-calls-call2-admission.json")) as fh:
+        data = json.load(fh)
+    pts = {(p["server"].split("-")[0], p["concurrency"], p["rep"]): p for p in data["points"]}
+    first_base = pts[("patched", 32, 0)]["median_itl_ms"] / pts[("base", 32, 0)]["median_itl_ms"]
+    first_patched = pts[("patched", 32, 1)]["median_itl_ms"] / pts[("base", 32, 1)]["median_itl_ms"]
+    per = {s["server"].split("-")[0]: s["requests_per_forward"] for s in data["servers"]}
+    with open(os.path.join(REPO, "docs", "architecture.md")) as fh:
+        text = " ".join(fh.read().split())
+    assert (f"patched's median ITL at concurrency 32 was {first_base:.2f} times base's with base "
+            f"first and {first_patched:.2f} with patched first, and it admitted "
+            f"{per['patched']:.2f} requests per prefill forward against base's "
+            f"{per['base']:.2f}") in text
+    # the file belongs to call 2 of the two-call row: same number of c=32 points a build
+    two_calls = load("2026-11-26-h100x2-tp2-eagle3-two-calls")
+    (base32,) = [r for r in two_calls["runs"] if r["variant"] == "base" and r["concurrency"] == 32]
+    assert sum(s["call"] == "call 2" for s in base32["samples"]) == sum(
+        1 for k in pts if k[0] == "base" and k[1] == 32)
