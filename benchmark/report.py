@@ -131,6 +131,16 @@ def interval_cell(entry):
     return f"{entry['geo_mean']:.3f} [{lo_hi[0]:.3f}, {lo_hi[1]:.3f}]"
 
 
+def turn_cell(entry):
+    """"0.98 (2) / 1.12 (2)": the paired ratios of the repeats in which base
+    was measured first, and of those in which it went last."""
+    turn = entry.get("by_turn")
+    if not turn:
+        return "—"
+    return " / ".join("—" if t["geo_mean"] is None else f"{t['geo_mean']:.2f} ({t['n']})"
+                      for t in (turn["base_first"], turn["base_last"]))
+
+
 def paired_section(data):
     """Side by side only: each build over base in the same repeat."""
     if not (data.get("bench") or {}).get("side_by_side"):
@@ -138,19 +148,23 @@ def paired_section(data):
     pairs = results.paired_ratios(data)
     if not pairs:
         return []
+    turns = any("by_turn" in e for e in pairs)
     rows = [[setting(e), e["concurrency"], " / ".join(f"{x:.2f}" for x in e["ratios"]),
              e["median"], f"{e['below_1']} of {len(e['ratios'])}", interval_cell(e),
-             e["repeats_for_3pct"], e["paired_by"]]
+             e["repeats_for_3pct"], e["paired_by"]] + ([turn_cell(e)] if turns else [])
             for e in sorted(pairs, key=point_order)]
     header = ["setting", "c", "TPOT / base's, per repeat", "median", "below 1.00",
-              "geo mean [90% interval]", "repeats for ±3%", "paired by"]
+              "geo mean [90% interval]", "repeats for ±3%", "paired by"] + (
+                  ["geo mean, base first / base last (repeats)"] if turns else [])
     return ["## Paired repeats", "",
             "Each build's TPOT over base's in the same repeat: the servers ran side by side "
             "and were measured in turn, so a repeat's pair shares the machine's moment. "
             "Paired by repeat number, or by position in files that predate it. The 90% "
             "interval (Student t on the log ratios) and the repeats that would narrow it to "
             "±3% describe the scatter within this call only; calls and machines differ by "
-            "more.", "",
+            "more." + (" Where the servers' turn alternates (base measured first in even "
+                       "repeats, last in odd ones), the last column splits the ratios by "
+                       "it: a ratio that moves with the turn is partly the turn's." if turns else ""), "",
             table(header, rows)]
 
 

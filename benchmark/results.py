@@ -220,15 +220,33 @@ def paired_ratios(data, base="base"):
         if how != bhow:  # one build's file is older: fall back to positions
             keys, bkeys, how = list(range(len(keys))), list(range(len(bkeys))), "position"
         theirs = dict(zip(bkeys, b.get("samples", [])))
-        ratios = [round(x["tpot_ms"] / theirs[k]["tpot_ms"], 4)
-                  for k, x in zip(keys, r.get("samples", [])) if k in theirs]
-        if not ratios:
+        matched = [(k, round(x["tpot_ms"] / theirs[k]["tpot_ms"], 4))
+                   for k, x in zip(keys, r.get("samples", [])) if k in theirs]
+        if not matched:
             continue
+        ratios = [x for _, x in matched]
         entry = {f: r.get(f, KEY_DEFAULTS.get(f)) for f in RUN_KEY}
         entry.update(ratios=ratios, median=round(statistics.median(ratios), 4),
                      below_1=sum(x < 1 for x in ratios), paired_by=how,
                      **ratio_interval(ratios))
+        if how == "repeat" and (data.get("bench") or {}).get("turn") == "alternating":
+            entry["by_turn"] = by_turn(matched)
         out.append(entry)
+    return out
+
+
+def by_turn(matched):
+    """Paired ratios split by the servers' turn, for a call that alternates
+    it (run.bench_order): base, listed first, is measured first in even
+    repeats and last in odd ones. [((call, rep), ratio)] -> {"base_first",
+    "base_last"}: each {"n", "geo_mean"} (geo_mean None without a repeat).
+    A build that is slower only in one turn points at the turn, not at the
+    build."""
+    out = {}
+    for name, parity in (("base_first", 0), ("base_last", 1)):
+        xs = [x for (_, rep), x in matched if rep % 2 == parity]
+        geo = round(math.exp(sum(map(math.log, xs)) / len(xs)), 4) if xs else None
+        out[name] = {"n": len(xs), "geo_mean": geo}
     return out
 
 

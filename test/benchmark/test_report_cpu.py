@@ -92,6 +92,13 @@ def test_side_by_side_page_pairs_each_repeat_with_base():
     # 1.697 / sqrt(n) <= ln(1.03) / 0.3323, n >= 365
     assert ("| patched EAGLE3 triton pcg tp2 | 8 | 0.75 / 1.20 | 0.975 | 1 of 2 "
             "| 0.949 [0.215, 4.183] | 365 | repeat |") in section
+    # base first in every repeat: no turn column
+    assert "base first / base last" not in section
+    # the turn alternated: base first in repeat 0 (patched 1.20), last in 1 (0.75)
+    data["bench"]["turn"] = "alternating"
+    section = report.render(data, "x.json").split("## Paired repeats", 1)[1]
+    assert "| geo mean, base first / base last (repeats) |" in section
+    assert "| 365 | repeat | 1.20 (1) / 0.75 (1) |" in section
     # measured one server at a time, repeats share no moment: no such section
     data["bench"]["side_by_side"] = False
     assert "## Paired repeats" not in report.render(data, "x.json")

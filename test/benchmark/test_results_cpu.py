@@ -286,3 +286,23 @@ def test_pooled_calls_pair_repeats_within_their_own_call():
     (entry,) = results.paired_ratios(data)
     assert entry["ratios"] == [0.9, 0.9, 1.1] and entry["below_1"] == 2
     results.validate(data)
+
+
+def test_paired_ratios_split_by_turn_where_it_alternates():
+    # base first in even repeats, last in odd ones (run.bench_order); the
+    # repeats of two pooled copies each count by their own number
+    one = _data([_with_reps(_sampled("base", [2.0, 2.0]), [0, 1]),
+                 _with_reps(_sampled("patched", [2.0, 2.4]), [0, 1])])
+    two = _data([_with_reps(_sampled("base", [1.0, 1.0, 1.0]), [0, 1, 2]),
+                 _with_reps(_sampled("patched", [0.9, 1.2, 1.0]), [0, 1, 2])])
+    for d in (one, two):
+        d["bench"] = dict(d.get("bench") or {}, turn="alternating")
+    data = results.pool(results.pool(None, one, "pair0"), two, "pair1")
+    (entry,) = results.paired_ratios(data)
+    # base first: 1.0, 0.9, 1.0 -> geo mean 0.9655; base last: 1.2, 1.2
+    assert entry["by_turn"] == {"base_first": {"n": 3, "geo_mean": 0.9655},
+                                "base_last": {"n": 2, "geo_mean": 1.2}}
+    # a call that always measured base first has no split
+    data["bench"]["turn"] = "base first"
+    (entry,) = results.paired_ratios(data)
+    assert "by_turn" not in entry
