@@ -240,13 +240,11 @@ def by_turn(matched):
     it (run.bench_order): base, listed first, is measured first in even
     repeats and last in odd ones. [((call, rep), ratio)] -> {"base_first",
     "base_last"}: each {"n", "geo_mean"} (geo_mean None without a repeat).
-    A build that is slower only in one turn points at the turn, not at the
-    build."""
+    A ratio that moves with the turn is partly the turn's."""
     out = {}
     for name, parity in (("base_first", 0), ("base_last", 1)):
         xs = [x for (_, rep), x in matched if rep % 2 == parity]
-        geo = round(math.exp(sum(map(math.log, xs)) / len(xs)), 4) if xs else None
-        out[name] = {"n": len(xs), "geo_mean": geo}
+        out[name] = {"n": len(xs), "geo_mean": ratio_interval(xs)["geo_mean"] if xs else None}
     return out
 
 

@@ -22,36 +22,22 @@ markdown tables and, with --out, writes the rows as JSON.
 """
 
 import argparse
-import glob
-import os
 import re
 import sys
 
-from decode_log import run_probe  # the log probes' command, shared
+from decode_log import find_logs, run_probe  # what the log probes share
 
 # [2026-11-26 21:31:48 TP0] Prefill batch, #new-seq: 1, #new-token: 256, ..., #running-req: 30, ...
 # A server without tensor parallelism names no rank.
 PREFILL_LINE = re.compile(
     r"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?: DP\d+)?(?: TP0[^\]]*)?\] Prefill batch, "
     r"#new-seq: (\d+),.*?#running-req: (\d+)")
-BENCH_NAME = re.compile(r"bench-(.+)-c(\d+)-r(\d+)\.log$")
+# find_logs names a bench log <server>-c<C>-r<R> (pair0/base-x-c32-r1)
+BENCH_NAME = re.compile(r"(.+)-c(\d+)-r(\d+)")
 # bench_serving's summary: "Mean ITL (ms):   4.70"
 BENCH_FIELDS = {"mean_itl_ms": "Mean ITL", "median_itl_ms": "Median ITL",
                 "p95_itl_ms": "P95 ITL", "p99_itl_ms": "P99 ITL",
                 "mean_tpot_ms": "Mean TPOT", "mean_ttft_ms": "Mean TTFT"}
-
-
-def logs(dir_path, prefix):
-    pattern = os.path.join(dir_path, "**", f"{prefix}-*.log")
-    return sorted(glob.glob(pattern, recursive=True))
-
-
-def name_of(path, dir_path, prefix):
-    """DIR/pair0/server-base-x.log -> pair0/base-x"""
-    rel = os.path.relpath(path, dir_path)[:-len(".log")]
-    head, _, tail = rel.rpartition(os.sep)
-    tail = tail[len(prefix) + 1:]
-    return f"{head}/{tail}" if head else tail
 
 
 def admissions(path, min_running):
@@ -81,18 +67,17 @@ def bench_summary(path):
 
 def collect(dir_path, min_running=16):
     servers = []
-    for path in logs(dir_path, "server"):
+    for name, path in find_logs(dir_path, "server"):
         forwards, requests = admissions(path, min_running)
-        servers.append({"server": name_of(path, dir_path, "server"), "min_running": min_running,
+        servers.append({"server": name, "min_running": min_running,
                         "prefill_forwards": forwards, "requests_admitted": requests,
                         "requests_per_forward": round(requests / forwards, 3) if forwards else None})
     points = []
-    for path in logs(dir_path, "bench"):
-        m = BENCH_NAME.search(os.path.basename(path))
+    for name, path in find_logs(dir_path, "bench"):
+        m = BENCH_NAME.fullmatch(name)
         summary = bench_summary(path)
         if m and summary:
-            head = os.path.dirname(os.path.relpath(path, dir_path))
-            points.append({"server": f"{head}/{m.group(1)}" if head else m.group(1),
+            points.append({"server": m.group(1),
                            "concurrency": int(m.group(2)), "rep": int(m.group(3)), **summary})
     points.sort(key=lambda p: (p["concurrency"], p["rep"], p["server"]))
     return {"servers": servers, "points": points}

@@ -16,12 +16,10 @@ copy). Prints a markdown table and, with --out, writes the rows as JSON.
 """
 
 import argparse
-import glob
-import os
 import re
 import sys
 
-from decode_log import run_probe  # the log probes' command, shared
+from decode_log import find_logs, run_probe  # what the log probes share
 
 CAPTURE_END = re.compile(r"Capture cuda graph end\. Time elapsed: ([0-9.]+) s")
 # the bar's first step: "1/20 [03:46<" (minutes:seconds, or h:mm:ss)
@@ -55,12 +53,10 @@ def read_log(path):
 
 def collect(dir_path):
     rows = []
-    pattern = os.path.join(dir_path, "**", "server-*.log")
-    for path in sorted(glob.glob(pattern, recursive=True)):
+    for name, path in find_logs(dir_path, "server"):
         row = read_log(path)
         if row is not None:
-            rel = os.path.relpath(path, dir_path)
-            rows.append({"server": rel[:-len(".log")].replace("server-", "", 1), **row})
+            rows.append({"server": name, **row})
     return rows
 
 

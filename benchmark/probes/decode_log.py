@@ -107,6 +107,20 @@ def main(argv=None):
                 f"in {a.dir}/server-*.log")
 
 
+def find_logs(dir_path, prefix):
+    """[(name, path)] of the `<prefix>-*.log` files under DIR at any depth
+    (with PAIRS, one folder per copy), sorted by path; the name is the path
+    under DIR without the prefix and ".log": pair0/server-base-x.log ->
+    pair0/base-x (capture_log.py and admission_log.py read them so)."""
+    pattern = os.path.join(dir_path, "**", f"{prefix}-*.log")
+    out = []
+    for path in sorted(glob.glob(pattern, recursive=True)):
+        head, tail = os.path.split(os.path.relpath(path, dir_path))
+        name = tail[len(prefix) + 1:-len(".log")]
+        out.append(("/".join(head.split(os.sep) + [name]) if head else name, path))
+    return out
+
+
 def run_probe(name, dir_path, collect, page, out, empty, nothing):
     """The log probes' command (capture_log.py and admission_log.py use it
     too): 2 with one line for a DIR that is not a directory, 1 with
