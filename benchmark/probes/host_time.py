@@ -30,7 +30,9 @@ the host is the bottleneck (TP > 1 on the small model: the GPU idles most of
 each step), the build whose iteration is longer is the slower build, and the
 functions whose time differs say where.
 
-`python3 host_time.py DIR...` prints the files under DIR side by side, with
+`python3 host_time.py [--pool-from N] DIR...` prints the files under DIR
+side by side (with --pool-from, the batch sizes >= N pooled into one table
+per rank, each per-iteration mean weighted by its iterations), with
 a "(shared code)" row per batch size: how long the code that every build
 runs alike (SHARED_CODE) took per call, against the first build, which is
 how much faster or slower that server's host ran.
@@ -406,19 +408,53 @@ def shared_code_ratio(row, ref):
     return len(ratios), math.exp(sum(map(math.log, ratios)) / len(ratios))
 
 
+def pool_batch_sizes(reports, lo):
+    """The reports with their batch sizes >= lo pooled into one row, keyed
+    f"{lo}+", and the smaller ones dropped. At high concurrency the batch
+    size moves every few steps, so each size alone holds few iterations; the
+    pool weights every per-iteration mean by its iterations. Percentiles do
+    not pool, so the pooled row has none (its shared-code row stands alone)."""
+    pooled = []
+    for r in reports:
+        rows = [row for bs, row in r["by_batch_size"].items() if int(bs) >= lo]
+        n = sum(row["iterations"] for row in rows)
+        if not n:
+            continue
+        functions = {}
+        for row in rows:
+            w = row["iterations"] / n
+            for name, (calls, us) in row["functions"].items():
+                acc = functions.setdefault(name, [0.0, 0.0])
+                acc[0] += w * calls
+                acc[1] += w * us
+        row = {"iterations": n,
+               "iteration_us": round(sum(row["iterations"] * row["iteration_us"]
+                                         for row in rows) / n, 1),
+               "functions": {k: [round(c, 2), round(us, 1)] for k, (c, us) in functions.items()}}
+        pooled.append({**r, "by_batch_size": {f"{lo}+": row}})
+    return pooled
+
+
+def _batch_key(bs):
+    """Sort key and heading of a by_batch_size key ("8", or "16+" pooled)."""
+    if bs.endswith("+"):
+        return int(bs[:-1]), f"batch sizes {bs[:-1]} and up, pooled by iterations"
+    return int(bs), f"batch size {bs}"
+
+
 def table(reports, min_us=5.0):
     """Markdown: per batch size and rank, each build's iteration time and the
     functions that take >= min_us in any build."""
     lines = []
     builds = sorted({r["build"] for r in reports})
-    keys = sorted({(int(bs), r["rank"]) for r in reports for bs in r["by_batch_size"]},
-                  key=lambda k: (k[0], k[1] if k[1] is not None else -1))
+    keys = sorted({(bs, r["rank"]) for r in reports for bs in r["by_batch_size"]},
+                  key=lambda k: (_batch_key(k[0])[0], k[1] if k[1] is not None else -1))
     for bs, rank in keys:
-        rows = {r["build"]: r["by_batch_size"].get(str(bs)) for r in reports
-                if r["rank"] == rank and str(bs) in r["by_batch_size"]}
+        rows = {r["build"]: r["by_batch_size"].get(bs) for r in reports
+                if r["rank"] == rank and bs in r["by_batch_size"]}
         if not rows:
             continue
-        lines.append(f"\n### batch size {bs}, rank {rank}\n")
+        lines.append(f"\n### {_batch_key(bs)[1]}, rank {rank}\n")
         lines.append("| function | " + " | ".join(f"{os.path.basename(b)} calls / us"
                                                   for b in builds) + " |")
         lines.append("|---|" + "---|" * len(builds))
@@ -443,10 +479,14 @@ def table(reports, min_us=5.0):
             # a step bound by the host scales with the host's speed: what is
             # left of the iteration ratio once that is divided out is the
             # build's own share
+            # a pooled row has no percentiles: its mean stands in
+            center, what = (p50, "p50") if not bs.endswith("+") else (
+                lambda row: row["iteration_us"], "mean")
             cells = ["1"] + [
-                f"{p50(rows[b]) / p50(ref) / r[1]:.3f}" if r and p50(rows[b]) and p50(ref) else "—"
+                f"{center(rows[b]) / center(ref) / r[1]:.3f}"
+                if r and center(rows[b]) and center(ref) else "—"
                 for b, r in zip(builds[1:], shared)]
-            lines.append("| (iteration p50 / first build's, over the shared-code ratio) | "
+            lines.append(f"| (iteration {what} / first build's, over the shared-code ratio) | "
                          + " | ".join(cells) + " |")
     lines += gc_table(reports)
     return "\n".join(lines)
@@ -477,5 +517,25 @@ def gc_table(reports, top=15):
     return lines
 
 
+def main(argv):
+    """host_time.py [--pool-from N] DIR...: the files under DIR side by side;
+    with --pool-from, batch sizes >= N as one pooled table per rank."""
+    lo = None
+    if argv[:1] == ["--pool-from"]:
+        if len(argv) < 2 or not argv[1].isdigit() or int(argv[1]) < 1:
+            print("host_time: --pool-from takes a batch size >= 1", file=sys.stderr)
+            return 2
+        lo, argv = int(argv[1]), argv[2:]
+    reports = load(argv or ["."])
+    if lo is not None:
+        reports = pool_batch_sizes(reports, lo)
+    if not reports:
+        print(f"host_time: no *-host.json with decode iterations under {' '.join(argv or ['.'])}"
+              + (f" at batch size {lo} or more" if lo else ""), file=sys.stderr)
+        return 1
+    print(table(reports))
+    return 0
+
+
 if __name__ == "__main__":
-    print(table(load(sys.argv[1:] or ["."])))
+    sys.exit(main(sys.argv[1:]))

@@ -314,3 +314,53 @@ def test_shared_code_is_left_alone_by_the_series():
                     if entry else os.path.join(pkg, rel))
         assert _function_source(pristine, name) == _function_source(
             os.path.join(pkg, rel), name), f"the series changes {name}"
+
+
+def _write_host(tmp_path, build, rank, by_batch_size):
+    d = tmp_path / f"{os.path.basename(build)}-{rank}"
+    d.mkdir()
+    (d / "1-host.json").write_text(json.dumps({
+        "pid": 1, "rank": rank, "build": build, "by_batch_size": by_batch_size}))
+
+
+def test_pool_from_weights_each_batch_size_by_its_iterations(tmp_path):
+    # sizes 16 (3 iterations) and 32 (1) pool; size 8 is below the cut
+    _write_host(tmp_path, "/tmp/sb", 0, {
+        "8": {"iterations": 100, "iteration_us": 1.0, "functions": {"f": [1, 1.0]}},
+        "16": {"iterations": 3, "iteration_us": 100.0,
+               "functions": {"f": [1, 40.0], "g": [2, 20.0]}},
+        "32": {"iterations": 1, "iteration_us": 200.0, "functions": {"f": [1, 80.0]}}})
+    (r,) = host_time.pool_batch_sizes(host_time.load([str(tmp_path)]), 16)
+    row = r["by_batch_size"]["16+"]
+    assert list(r["by_batch_size"]) == ["16+"]
+    assert row["iterations"] == 4 and row["iteration_us"] == 125.0
+    # f: (3*40 + 80) / 4; g ran only at size 16: 3/4 of its calls and time
+    assert row["functions"]["f"] == [1.0, 50.0]
+    assert row["functions"]["g"] == [1.5, 15.0]
+
+
+def test_pooled_table_compares_means_over_the_shared_code_ratio(tmp_path):
+    shared = "assign_req_to_token_pool_func"
+    for build, it_us, shared_us in (("/tmp/sb", 100.0, 10.0), ("/tmp/sp", 110.0, 11.0)):
+        _write_host(tmp_path, build, 0, {
+            "20": {"iterations": 2, "iteration_us": it_us,
+                   "iteration_us_p50_p90_p99": [it_us, it_us, it_us],
+                   "functions": {shared: [1, shared_us], "Scheduler.run_batch": [1, 50.0]}}})
+    res = subprocess.run([sys.executable, os.path.join(PROBES, "host_time.py"),
+                          "--pool-from", "16", str(tmp_path)],
+                         capture_output=True, text=True, check=True)
+    out = res.stdout
+    assert "### batch sizes 16 and up, pooled by iterations, rank 0" in out
+    assert "| (iteration) | 2 it, 100.0 us | 2 it, 110.0 us |" in out
+    assert "| (shared code: time per call / first build's) | 1 | 1.100 (1 functions) |" in out
+    # 10% longer iterations on a 10% slower host: the build's own share is 1.00
+    assert "| (iteration mean / first build's, over the shared-code ratio) | 1 | 1.000 |" in out
+
+
+def test_pool_from_refuses_bad_input_in_one_line(tmp_path):
+    probe = os.path.join(PROBES, "host_time.py")
+    for args, rc in ((["--pool-from", "x"], 2), (["--pool-from"], 2), (["--pool-from", "0"], 2),
+                     (["--pool-from", "64", str(tmp_path)], 1)):
+        res = subprocess.run([sys.executable, probe, *args], capture_output=True, text=True)
+        assert res.returncode == rc and res.stdout == ""
+        assert res.stderr.strip().count("\n") == 0 and res.stderr.startswith("host_time: ")

@@ -701,3 +701,148 @@ def test_unpinned_admission_log_claim():
     (base32,) = [r for r in two_calls["runs"] if r["variant"] == "base" and r["concurrency"] == 32]
     assert sum(s["call"] == "call 2" for s in base32["samples"]) == sum(
         1 for k in pts if k[0] == "base" and k[1] == 32)
+
+
+UNPINNED_H200_TP2 = "2026-11-26-h200x2-tp2-eagle3-two-calls"
+UNPINNED_H200_PROBE_CALL = "2026-11-26-h200x2-tp2-c32-host-time"
+H200X2_PROBES = os.path.join(RESULTS, "2026-11-26-h200x2-probes")
+
+
+def flat(path):
+    with open(os.path.join(REPO, path)) as fh:
+        return " ".join(fh.read().split())
+
+
+def test_unpinned_h200_tp2_row_matches_its_results():
+    """README's and benchmark/README's H200 x2 row: ratios, repeats, not
+    pinned, turn alternating, the shipped series, one greedy digest; the
+    paired medians and counts, and the probe call's sentence."""
+    stem = UNPINNED_H200_TP2
+    data = load(stem)
+    assert data["card"].startswith("NVIDIA H200")
+    assert data["bench"]["pin_cpus"] is False and data["bench"]["turn"] == "alternating"
+    assert {x["call"] for x in data["server_starts"]} == {"call 2", "call 3"}
+    text = readme()
+    m = re.search(rf"\| \[{stem}\]\(benchmark/results/{stem}\.md\) \| 2 \| ([\d.]+) \| "
+                  rf"([\d.]+) \| ([\d.]+) \| ([\d /]+) \|", text)
+    assert m, "the README has no row for the unpinned H200 x2 calls"
+    _, runs = checked_side_by_side(data, m.groups()[:3], start_line="patches 0001-0008 applied")
+    assert all(r["tp"] == 2 and r["attention_backend"] == "triton" for r in runs.values())
+    repeats = [min(runs[("base", c)]["repeats"], runs[("patched", c)]["repeats"]) for c in (1, 8, 32)]
+    assert " / ".join(map(str, repeats)) == m.group(4)
+    assert all(g["prompts_off_own_chain"] == 0 for g in data["greedy_runs"])
+    assert (f"Two unpinned calls at TP=2 on an H200 ×2 then put it at "
+            f"{' / '.join(m.groups()[:3])} at concurrency 1 / 8 / 32") in text
+    row = (f"| [{stem}](results/{stem}.md) | TP=2, H200, two calls pooled | alternating | "
+           f"{' | '.join(m.groups()[:3])} | {m.group(4)} | base = patched |")
+    assert row in flat("benchmark/README.md")
+    paired = {e["concurrency"]: e for e in report.results.paired_ratios(data)}
+    medians = " / ".join(f"{paired[c]['median']:.2f}" for c in (1, 8, 32))
+    counts = [f"{paired[c]['below_1']} of {len(paired[c]['ratios'])}" for c in (1, 8, 32)]
+    assert (f"Paired repeat by repeat, the medians are {medians}, and patched is faster in "
+            f"{counts[0]}, {counts[1]} and {counts[2]} repeats.") in text
+    # the probe call: c=32 only, same machine kind, the probe in both builds
+    probe = load(UNPINNED_H200_PROBE_CALL)
+    assert probe["card"].startswith("NVIDIA H200") and probe["bench"]["pin_cpus"] is False
+    ratios, _ = tp_ratios_at(probe, (32,))
+    (cell,) = report.results.paired_ratios(probe)
+    assert len({g["sha256"] for g in probe["greedy_runs"] + data["greedy_runs"]}) == 1
+    assert (f"({UNPINNED_H200_PROBE_CALL}: {ratios[0]:.2f}, patched faster in "
+            f"{cell['below_1']} of {len(cell['ratios'])} repeats)") in text
+
+
+def tp_ratios_at(data, concurrencies):
+    runs = {(r["variant"], r["concurrency"]): r for r in data["runs"]}
+    assert {c for _, c in runs} == set(concurrencies)
+    return [runs[("patched", c)]["tpot_ms_median"] / runs[("base", c)]["tpot_ms_median"]
+            for c in concurrencies], runs
+
+
+def pooled_host_rows():
+    reports = host_time.pool_batch_sizes(
+        host_time.load([os.path.join(H200X2_PROBES, "tp2-c32-host-time")]), 16)
+    return {(os.path.basename(r["build"]), r["rank"]): r["by_batch_size"]["16+"] for r in reports}
+
+
+def test_c32_host_time_claims():
+    """The pooled host-time reading at TP=2, c=32: the iteration ratio on
+    both ranks, and rank 0's relay, record and saved microseconds."""
+    rows = pooled_host_rows()
+    its = {rank: rows[("sp-probe", rank)]["iteration_us"] / rows[("sb-probe", rank)]["iteration_us"]
+           for rank in (0, 1)}
+    assert {f"{x:.2f}" for x in its.values()} == {"0.97"}
+    base, patched = (rows[(b, 0)]["functions"] for b in ("sb-probe", "sp-probe"))
+    relay_p = ("FutureMap.publish", "FutureMap.resolve_seq_lens_cpu",
+               "FutureMap.set_input_ids_sentinel", "FutureMap.stash_batch_result")
+    relay_b = ("FutureMap.alloc_future_indices", "FutureMap.store_to_map",
+               "ScheduleBatch.get_model_worker_batch", "ScheduleBatch.maybe_wait_verify_done")
+    # each build's relay functions are its own: the other build has none of them
+    assert not set(relay_p) & set(base) and not set(relay_b) & set(patched)
+    p_us = sum(patched[n][1] for n in relay_p)
+    b_us = sum(base[n][1] for n in relay_b)
+    record = patched["Scheduler.record_batch_in_overlap"][1] - base["Scheduler.record_batch_in_overlap"][1]
+    saved = sum(base[n][1] - patched[n][1] for n in
+                ("ScheduleBatch.prepare_for_decode", "ScheduleBatch.filter_batch", "Event.synchronize"))
+    said = (f"the relay's own functions took patched {p_us:.0f} µs a step where base's took "
+            f"{b_us:.0f} µs, and `record_batch_in_overlap` took {record:.0f} µs more, while "
+            f"`prepare_for_decode`, `filter_batch` and the host waits on the GPU took {saved:.0f} µs less")
+    assert said in readme()
+    arch = flat("docs/architecture.md")
+    assert f"gives a patched iteration {its[0]:.2f} times base's on both ranks" in arch
+    assert f"relay's functions cost patched {p_us:.0f} µs a step" in arch
+    assert f"where base's cost {b_us:.0f} µs" in arch and f"take {saved:.0f} µs less" in arch
+    # the page beside the JSONs is what the probe prints for them
+    with open(os.path.join(H200X2_PROBES, "tp2-c32-host-time.md")) as fh:
+        page = fh.read()
+    assert page.strip() == host_time.table(host_time.pool_batch_sizes(host_time.load(
+        [os.path.join(H200X2_PROBES, "tp2-c32-host-time")]), 16)).strip()
+
+
+def test_unpinned_h200_admission_claim():
+    with open(os.path.join(H200X2_PROBES, "admission.json")) as fh:
+        per = {s["server"]: s["requests_per_forward"] for s in json.load(fh)["servers"]}
+    calls = ("call1-host-time", "call2", "call3")
+    p = [per[f"{c}/patched-triton-ov1-EAGLE3-pcg1"] for c in calls]
+    b = [per[f"{c}/base-triton-ov1-EAGLE3-pcg1"] for c in calls]
+    assert all(x < y for x, y in zip(p, b))  # "slightly fewer ... in all three calls"
+    assert (f"({p[0]:.2f}, {p[1]:.2f} and {p[2]:.2f} against {b[0]:.2f}, {b[1]:.2f} and "
+            f"{b[2]:.2f};") in flat("docs/architecture.md")
+
+
+def test_warm_start_claim():
+    with open(os.path.join(H200X2_PROBES, "startup-capture.json")) as fh:
+        rows = {r["server"].split("/")[0] + "/" + r["server"].split("/")[1].split("-")[0]: r
+                for r in json.load(fh)}
+    first = [rows[f"call1-host-time/{v}"]["first_bs_s"] for v in ("base", "patched")]
+    warm = [rows[f"call{i}/{v}"]["first_bs_s"] for i in (2, 3) for v in ("base", "patched")]
+    ready = [int(s["start_s"]) for s in load(UNPINNED_H200_PROBE_CALL)["server_starts"]] + [
+        int(s["start_s"]) for s in load(UNPINNED_H200_TP2)["server_starts"]]
+    assert (f"ready in {ready[0]} / {ready[1]} s on a fresh machine, then in {ready[2]} / "
+            f"{ready[3]} s and {ready[4]} / {ready[5]} s in the next two calls") in flat("benchmark/README.md")
+    assert (f"took {first[0]} / {first[1]} s in the first call and {min(warm)} to {max(warm)} s "
+            "in the warm ones") in flat("benchmark/README.md")
+
+
+def test_no_tp4_call_shows_patched_no_slower_with_three_repeats():
+    """'TP=4 has no call yet with 3 repeats a cell in which patched is no
+    slower' (README and docs/architecture.md), over every TP=4 results file."""
+    tp4 = []
+    for name in sorted(os.listdir(RESULTS)):
+        if not name.endswith(".json"):
+            continue
+        data = load(name[:-5])
+        runs = data.get("runs", [])
+        if runs and all(r.get("tp") == 4 for r in runs) and {r["variant"] for r in runs} >= {
+                "base", "patched"}:
+            tp4.append(name)
+            by = {(r["variant"], r["concurrency"]): r for r in runs}
+            if not all((v, c) in by for v in ("base", "patched") for c in (1, 8, 32)):
+                continue  # a call without all three concurrencies shows no TP=4 row
+            ratios, _ = tp_ratios(data)
+            repeats = [min(by[("base", c)]["repeats"], by[("patched", c)]["repeats"])
+                       for c in (1, 8, 32)]
+            assert not (max(ratios) <= 1.0 and min(repeats) >= 3), name
+    assert len(tp4) >= 3
+    assert "TP=4 has no call yet with 3 repeats a cell in which patched is no slower" in readme()
+    assert ("TP=4 has no call yet with 3 repeats a cell in which patched is no slower"
+            in flat("docs/architecture.md"))
