@@ -505,7 +505,8 @@ def profile_point(st, a, m, c, with_stack, vocab):
 
 def bench_point(st, a, m, rep, c, target, vocab):
     srv = m.srv
-    if c not in m.nprompts:
+    first = c not in m.nprompts  # this repeat checks the probe's count
+    if first:
         # twice: the first pass at a new batch size runs cold
         probe_throughput(srv.url, c, a.input_len, a.output_len, vocab)
         tps = probe_throughput(srv.url, c, a.input_len, a.output_len, vocab)
@@ -518,7 +519,8 @@ def bench_point(st, a, m, rep, c, target, vocab):
     if not any("bench_serving" in x for x in st.commands):
         st.commands.append(bcmd)  # one example; the others differ in port/prompts
     dur = sample.get("duration_s") or 0
-    m.nprompts[c] = sizing.grown(m.nprompts[c], c, dur, a.min_seconds)
+    resize = sizing.after_first if first else sizing.grown
+    m.nprompts[c] = resize(m.nprompts[c], c, dur, a.min_seconds)
     if sizing.is_short(dur, a.min_seconds) and st.time_left() > 30:
         # every kept repeat lasts >= min_seconds: measure this one again
         st.log(f"  {m.tag} rep {rep} c={c}: {dur:.1f}s < {a.min_seconds:g}s, "
