@@ -846,3 +846,20 @@ def test_no_tp4_call_shows_patched_no_slower_with_three_repeats():
     assert "TP=4 has no call yet with 3 repeats a cell in which patched is no slower" in readme()
     assert ("TP=4 has no call yet with 3 repeats a cell in which patched is no slower"
             in flat("docs/architecture.md"))
+
+
+def test_request_broadcast_share_claim():
+    """docs/architecture.md: base's per-iteration request broadcast on rank 0
+    at TP=2, c=1 (H100 x2) and, both builds, c=32 pooled (H200 x2)."""
+    c1 = {(os.path.basename(r["build"]), r["rank"]): r["by_batch_size"]["1"] for r in
+          host_time.load([os.path.join(RESULTS, "2026-11-26-h100-probes", "tp2-host-time")])}
+    base1 = c1[("sb-probe", 0)]
+    c32 = pooled_host_rows()
+    b32, p32 = (c32[(b, 0)] for b in ("sb-probe", "sp-probe"))
+    arch = flat("docs/architecture.md")
+    assert (f"({base1['functions']['broadcast_pyobj'][1]:.0f} µs of a "
+            f"~{host_time.p50(base1) / 1000:.0f} ms iteration at concurrency 1 on the H100 ×2, "
+            f"{b32['functions']['broadcast_pyobj'][1]:.0f} and "
+            f"{p32['functions']['broadcast_pyobj'][1]:.0f} µs of "
+            f"~{(b32['iteration_us'] + p32['iteration_us']) / 2000:.1f} ms at concurrency 32 "
+            "on the H200 ×2)") in arch
