@@ -427,11 +427,10 @@ def pool_batch_sizes(reports, lo):
                 acc = functions.setdefault(name, [0.0, 0.0])
                 acc[0] += w * calls
                 acc[1] += w * us
-        row = {"iterations": n,
-               "iteration_us": round(sum(row["iterations"] * row["iteration_us"]
-                                         for row in rows) / n, 1),
-               "functions": {k: [round(c, 2), round(us, 1)] for k, (c, us) in functions.items()}}
-        pooled.append({**r, "by_batch_size": {f"{lo}+": row}})
+        iteration_us = sum(row["iterations"] * row["iteration_us"] for row in rows) / n
+        pooled.append({**r, "by_batch_size": {f"{lo}+": {
+            "iterations": n, "iteration_us": round(iteration_us, 1),
+            "functions": {k: [round(c, 2), round(us, 1)] for k, (c, us) in functions.items()}}}})
     return pooled
 
 

@@ -114,16 +114,20 @@ def test_iterations_by_batch_size_with_inclusive_function_times(tmp_path):
     assert json.loads(path.read_text())["by_batch_size"]["8"]["iterations"] == 2
 
 
+def _write_host(tmp_path, build, rank, by_batch_size):
+    d = tmp_path / f"{os.path.basename(build)}-{rank}"
+    d.mkdir()
+    (d / "1-host.json").write_text(json.dumps({
+        "pid": 1, "rank": rank, "build": build, "by_batch_size": by_batch_size}))
+
+
 def test_table_puts_builds_side_by_side(tmp_path):
     for build, us in (("/tmp/sb", 100.0), ("/tmp/sp", 120.0)):
-        d = tmp_path / os.path.basename(build)
-        d.mkdir()
         row = {"iterations": 10, "iteration_us": us,
                "functions": {"Scheduler.run_batch": [1, us / 2], "tiny": [1, 1.0]}}
         if build == "/tmp/sp":
             row["iteration_us_p50_p90_p99"] = [1, 2, 3]
-        (d / "1-host.json").write_text(json.dumps({
-            "pid": 1, "rank": 0, "build": build, "by_batch_size": {"1": row}}))
+        _write_host(tmp_path, build, 0, {"1": row})
     out = subprocess.run([sys.executable, os.path.join(PROBES, "host_time.py"), str(tmp_path)],
                          capture_output=True, text=True, check=True).stdout
     assert "### batch size 1, rank 0" in out
@@ -265,13 +269,9 @@ def test_shared_code_row_is_the_geometric_mean_of_per_call_ratios(tmp_path):
                     "Scheduler.run_batch": [1, 300.0]},
     }
     for build, functions in fns.items():
-        d = tmp_path / os.path.basename(build)
-        d.mkdir()
-        (d / "1-host.json").write_text(json.dumps({
-            "pid": 1, "rank": 0, "build": build, "by_batch_size": {
-                "1": {"iterations": 5, "iteration_us": 100.0, "functions": functions,
-                      "iteration_us_p50_p90_p99": [
-                          100.0 if build == "/tmp/sb" else 126.4, 0, 0]}}}))
+        _write_host(tmp_path, build, 0, {
+            "1": {"iterations": 5, "iteration_us": 100.0, "functions": functions,
+                  "iteration_us_p50_p90_p99": [100.0 if build == "/tmp/sb" else 126.4, 0, 0]}})
     n, ratio = host_time.shared_code_ratio(
         {"functions": fns["/tmp/sp"]}, {"functions": fns["/tmp/sb"]})
     assert n == 2 and abs(ratio - (1.2 * 1.1) ** 0.5) < 1e-9
@@ -314,13 +314,6 @@ def test_shared_code_is_left_alone_by_the_series():
                     if entry else os.path.join(pkg, rel))
         assert _function_source(pristine, name) == _function_source(
             os.path.join(pkg, rel), name), f"the series changes {name}"
-
-
-def _write_host(tmp_path, build, rank, by_batch_size):
-    d = tmp_path / f"{os.path.basename(build)}-{rank}"
-    d.mkdir()
-    (d / "1-host.json").write_text(json.dumps({
-        "pid": 1, "rank": rank, "build": build, "by_batch_size": by_batch_size}))
 
 
 def test_pool_from_weights_each_batch_size_by_its_iterations(tmp_path):

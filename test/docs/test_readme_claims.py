@@ -21,9 +21,15 @@ def load(stem):
         return json.load(fh)
 
 
-def readme():
-    with open(os.path.join(REPO, "README.md")) as fh:
+def flat(path):
+    """A repository file (path relative to REPO) with its whitespace folded,
+    so a sentence matches across line breaks."""
+    with open(os.path.join(REPO, path)) as fh:
         return " ".join(fh.read().split())
+
+
+def readme():
+    return flat("README.md")
 
 
 def all_results():
@@ -114,10 +120,10 @@ def sample_spread(run):
     return max(tpots) - min(tpots)
 
 
-def tp_ratios(data):
+def tp_ratios(data, concurrencies=(1, 8, 32)):
     runs = {(r["variant"], r["concurrency"]): r for r in data["runs"]}
     return [runs[("patched", c)]["tpot_ms_median"] / runs[("base", c)]["tpot_ms_median"]
-            for c in (1, 8, 32)], runs
+            for c in concurrencies], runs
 
 
 def h100_claim(pattern, stem):
@@ -377,8 +383,7 @@ def test_load_and_faults_claim_matches_its_results():
 
 def test_fault_runs_truth_counts_in_docs_match_the_server_lines():
     # docs/faults.md: the count every 1000 checks, up to these, 0 violations
-    with open(os.path.join(REPO, "docs", "faults.md")) as fh:
-        doc = " ".join(fh.read().split())
+    doc = flat("docs/faults.md")
     m = re.search(r"up to ([\d ]+) \(TP=2, on both ranks\), ([\d ]+) \(TP=1\) and ([\d ]+) "
                   r"\(disaggregated\), with 0 violations and no stale-plan error", doc)
     claimed = [int(x.replace(" ", "")) for x in m.groups()]
@@ -513,8 +518,7 @@ def test_benchmark_readme_flashinfer_rows_match_their_results():
 
 
 def test_tp2_host_speed_claim_in_known_limits_matches_the_probe():
-    with open(os.path.join(REPO, "docs", "architecture.md")) as fh:
-        text = " ".join(fh.read().split())
+    text = flat("docs/architecture.md")
     m = re.search(r"the code both builds share (\d+)% \(rank 0\) and (\d+)% \(rank 1\) faster "
                   r"\(the table's shared-code row\)\. Divided by that, a patched step took "
                   r"([\d.]+) and ([\d.]+) times base's", text)
@@ -573,8 +577,7 @@ def test_pinned_tensor_parallel_claims():
     text = readme()
     widest = max(sample_spread(r) for stem in PINNED_TP_CALLS for r in load(stem)["runs"])
     assert f"one build's repeats still spread over up to {widest:.2f} ms" in text
-    with open(os.path.join(REPO, "benchmark", "README.md")) as fh:
-        bench_readme = " ".join(fh.read().split())
+    bench_readme = flat("benchmark/README.md")
     assert f"it did not narrow the scatter of repeats: one build's repeats still spread over up to {widest:.2f} ms" in bench_readme
     assert "Not yet run on a GPU" not in bench_readme.split("**Pinned to cores**")[1][:1500]
     consistent = [(stem, e) for stem in PINNED_TP_CALLS
@@ -605,8 +608,7 @@ def test_startup_capture_claim():
     capture = [r["capture_s"] for r in rows]
     first = [r["first_bs_s"] for r in rows]
     rest = [r["capture_s"] - r["first_bs_s"] for r in rows]
-    with open(os.path.join(REPO, "benchmark", "README.md")) as fh:
-        text = " ".join(fh.read().split())
+    text = flat("benchmark/README.md")
     assert (f"capture ({min(capture):.0f} to {max(capture):.0f} s, every server of the three "
             f"calls), nearly all of it in its first batch size ({min(first)} to {max(first)} s; "
             f"the other nineteen take {int(min(rest))} to {round(max(rest))} s together)") in text
@@ -627,8 +629,7 @@ def test_pinned_calls_ran_slower_than_the_unpinned_ones():
         if all(r["tp"] == 2 for r in runs.values()):
             ratios += [pinned[k]["tpot_ms_median"] / runs[k]["tpot_ms_median"] for k in runs]
     assert len(ratios) == 3 * 6 and min(ratios) > 1
-    with open(os.path.join(REPO, "benchmark", "README.md")) as fh:
-        text = " ".join(fh.read().split())
+    text = flat("benchmark/README.md")
     assert (f"at TP=2 their median TPOT was {min(ratios):.2f} to {max(ratios):.2f} times that "
             f"of the three unpinned H100 calls, cell by cell") in text
 
@@ -639,8 +640,7 @@ def test_admission_log_claims():
     requests per prefill forward, and the ratios by turn."""
     with open(os.path.join(RESULTS, "2026-11-26-h200x4-probes", "admission.json")) as fh:
         data = json.load(fh)
-    with open(os.path.join(REPO, "docs", "architecture.md")) as fh:
-        text = " ".join(fh.read().split())
+    text = flat("docs/architecture.md")
     pts = {(p["server"], p["concurrency"], p["rep"]): p for p in data["points"]}
     c32 = [p for p in data["points"] if p["concurrency"] == 32]
     tail = [p["mean_itl_ms"] / p["median_itl_ms"] for p in c32]
@@ -690,8 +690,7 @@ def test_unpinned_admission_log_claim():
     first_base = pts[("patched", 32, 0)]["median_itl_ms"] / pts[("base", 32, 0)]["median_itl_ms"]
     first_patched = pts[("patched", 32, 1)]["median_itl_ms"] / pts[("base", 32, 1)]["median_itl_ms"]
     per = {s["server"].split("-")[0]: s["requests_per_forward"] for s in data["servers"]}
-    with open(os.path.join(REPO, "docs", "architecture.md")) as fh:
-        text = " ".join(fh.read().split())
+    text = flat("docs/architecture.md")
     assert (f"patched's median ITL at concurrency 32 was {first_base:.2f} times base's with base "
             f"first and {first_patched:.2f} with patched first, and it admitted "
             f"{per['patched']:.2f} requests per prefill forward against base's "
@@ -706,11 +705,6 @@ def test_unpinned_admission_log_claim():
 UNPINNED_H200_TP2 = "2026-11-26-h200x2-tp2-eagle3-two-calls"
 UNPINNED_H200_PROBE_CALL = "2026-11-26-h200x2-tp2-c32-host-time"
 H200X2_PROBES = os.path.join(RESULTS, "2026-11-26-h200x2-probes")
-
-
-def flat(path):
-    with open(os.path.join(REPO, path)) as fh:
-        return " ".join(fh.read().split())
 
 
 def test_unpinned_h200_tp2_row_matches_its_results():
@@ -744,18 +738,12 @@ def test_unpinned_h200_tp2_row_matches_its_results():
     # the probe call: c=32 only, same machine kind, the probe in both builds
     probe = load(UNPINNED_H200_PROBE_CALL)
     assert probe["card"].startswith("NVIDIA H200") and probe["bench"]["pin_cpus"] is False
-    ratios, _ = tp_ratios_at(probe, (32,))
+    ratios, runs = tp_ratios(probe, (32,))
+    assert {c for _, c in runs} == {32}
     (cell,) = report.results.paired_ratios(probe)
     assert len({g["sha256"] for g in probe["greedy_runs"] + data["greedy_runs"]}) == 1
     assert (f"({UNPINNED_H200_PROBE_CALL}: {ratios[0]:.2f}, patched faster in "
             f"{cell['below_1']} of {len(cell['ratios'])} repeats)") in text
-
-
-def tp_ratios_at(data, concurrencies):
-    runs = {(r["variant"], r["concurrency"]): r for r in data["runs"]}
-    assert {c for _, c in runs} == set(concurrencies)
-    return [runs[("patched", c)]["tpot_ms_median"] / runs[("base", c)]["tpot_ms_median"]
-            for c in concurrencies], runs
 
 
 def pooled_host_rows():
@@ -811,8 +799,8 @@ def test_unpinned_h200_admission_claim():
 
 def test_warm_start_claim():
     with open(os.path.join(H200X2_PROBES, "startup-capture.json")) as fh:
-        rows = {r["server"].split("/")[0] + "/" + r["server"].split("/")[1].split("-")[0]: r
-                for r in json.load(fh)}
+        # "call2/base-triton-ov1-EAGLE3-pcg1" -> "call2/base"
+        rows = {r["server"].split("-triton")[0]: r for r in json.load(fh)}
     first = [rows[f"call1-host-time/{v}"]["first_bs_s"] for v in ("base", "patched")]
     warm = [rows[f"call{i}/{v}"]["first_bs_s"] for i in (2, 3) for v in ("base", "patched")]
     ready = [int(s["start_s"]) for s in load(UNPINNED_H200_PROBE_CALL)["server_starts"]] + [
