@@ -18,6 +18,10 @@
 #     (benchmark/probes/host_time.py: host wall time per scheduler iteration,
 #     by function, per rank) -> host-time.tgz and a side-by-side table in
 #     compare.log; its numbers carry the probe's cost, in every build alike
+#   - STARTUP_STACKS=1: every build under test loads the start-up sampler
+#     (benchmark/probes/startup_stacks.py: each process's start by Python
+#     stack, until it serves) -> startup-stacks.tgz and rank 0's table per
+#     build in compare.log; with HOST_TIME=1 too, both load
 #   - ADDON=DIR: after the sites are installed, an add-on kit's wheels over
 #     each of them (.kitfa3: sgl-kernel with FA3, benchmark/kit/README.md);
 #     the add-on travels alone, in a call after the one that carried the kit
@@ -79,7 +83,7 @@ fi
 # INSTALL_ONLY=1: only put the sites on the machine (the other kit comes in
 # the next call, as both kits together exceed what one call can send)
 [ "$INSTALL_ONLY" = 1 ] && { log "installed only"; exit 0; }
-if [ "$HOST_TIME" = 1 ]; then
+if [ "$HOST_TIME" = 1 ] || [ "$STARTUP_STACKS" = 1 ]; then
   rm -rf /tmp/probe-host && mkdir -p /tmp/probe-host
   for i in "${!args[@]}"; do
     case ${args[$i]} in
@@ -88,8 +92,10 @@ if [ "$HOST_TIME" = 1 ]; then
         args[$i]=${args[$i]}-probe ;;
     esac
   done
-  export SGLPATCH_PROBE_DIR=/tmp/probe-host SGLPATCH_HOST_TIME=1
-  log "host-time probe in: ${args[*]}"
+  export SGLPATCH_PROBE_DIR=/tmp/probe-host
+  [ "$HOST_TIME" = 1 ] && export SGLPATCH_HOST_TIME=1
+  [ "$STARTUP_STACKS" = 1 ] && export SGLPATCH_STARTUP_STACKS=1
+  log "probes (host time ${HOST_TIME:-0}, start-up stacks ${STARTUP_STACKS:-0}) in: ${args[*]}"
 fi
 SITE0=$(ls -d /tmp/sb /tmp/su 2>/dev/null | head -1)
 export PYTHONPATH=$SITE0  # the harness itself needs the kit's tokenizers
@@ -142,6 +148,10 @@ done
 if [ "$HOST_TIME" = 1 ]; then
   tar czf "$OUT/host-time.tgz" -C /tmp probe-host
   python3 benchmark/probes/host_time.py /tmp/probe-host >> "$OUT/compare.log" 2>&1
+fi
+if [ "$STARTUP_STACKS" = 1 ]; then
+  (cd /tmp/probe-host && find . -name '*-startup.json' -print0 | xargs -0 -r tar czf "$OUT/startup-stacks.tgz")
+  python3 benchmark/probes/startup_stacks.py /tmp/probe-host --rank 0 >> "$OUT/compare.log" 2>&1
 fi
 tar_logs "$WORK"  # also those of PAIRS copies (pair<i>/*.log)
 if [ -d "$WORK/profiles" ]; then  # e2e --profile-steps: the traces (one file back, < 16 MiB)

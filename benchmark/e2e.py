@@ -114,6 +114,10 @@ def build_parser():
     r.add_argument("--side-by-side", action="store_true",
                    help="start all of the call's servers at once on the one GPU and "
                         "measure them in turn, repeat by repeat")
+    r.add_argument("--start-together", action="store_true",
+                   help="with --side-by-side: start the servers at once (3 s apart) "
+                        "rather than each once the one before has captured its CUDA "
+                        "graphs")
     r.add_argument("--pin-cpus", action="store_true",
                    help="give each server that runs at a time, and the bench client, "
                         "whole physical cores of its own (sched_setaffinity), so one "

@@ -62,7 +62,8 @@ probe_site() {  # probe_site SITE COPY: a hard-linked copy of SITE with the proj
   # probes (benchmark/probes/) beside it, so the servers measured from SITE never load them
   local site=$1 copy=$2
   rm -rf "$copy" && cp -al "$site" "$copy" || return 1
-  cp benchmark/probes/sitecustomize.py benchmark/probes/host_time.py "$copy/"
+  cp benchmark/probes/sitecustomize.py benchmark/probes/host_time.py \
+    benchmark/probes/startup_stacks.py "$copy/"
 }
 
 tar_logs() {  # tar_logs WORK: the server and bench logs under WORK, one folder deep

@@ -129,6 +129,9 @@ class Run:
                           "side_by_side": self.a.side_by_side,
                           # the servers' order within each (repeat, c): bench_order
                           "turn": "alternating" if self.a.side_by_side else None,
+                          # side by side: how the servers' starts were spaced (start_gate)
+                          "start": (("together" if self.a.start_together else "after capture")
+                                    if self.a.side_by_side else None),
                           "max_total_tokens": self.a.max_total_tokens,
                           # each server and the bench client on cores of its own
                           "pin_cpus": self.server_cpus is not None,
@@ -155,7 +158,8 @@ def debug_env():
 
 
 # the project's probes (benchmark/probes/) that time or trace the servers
-PROBE_SWITCHES = ("SGLPATCH_HOST_TIME", "SGLPATCH_HOST_TIME_EXTRA", "SGLPATCH_SYNC_TRACE")
+PROBE_SWITCHES = ("SGLPATCH_HOST_TIME", "SGLPATCH_HOST_TIME_EXTRA", "SGLPATCH_SYNC_TRACE",
+                  "SGLPATCH_STARTUP_STACKS")
 
 
 def server_extra_args(a):
@@ -337,7 +341,7 @@ def serve_group(st, a, group, target, draft, vocab):
             stack.callback(m.srv.__exit__)
             m.srv.launch()
             if i + 1 < len(group):
-                time.sleep(3)  # staggered: no two start-ups pick ports in the same instant
+                start_gate(st, a, m)
         for m in group:
             m.srv.wait_ready()
             start = {"setting": m.tag, "start_s": round(m.srv.start_s, 1),
@@ -453,6 +457,31 @@ def fault_check(st, a, m, vocab):
     if not alive:
         st.errors.append(f"faults {m.tag}: server not alive after the storm and idle pause")
     st.write()
+
+
+# What a server logs once its target model's CUDA graphs are captured, or
+# once it serves (a server without CUDA graphs logs no capture).
+CAPTURE_DONE = ("Capture cuda graph end", "The server is fired up")
+
+
+def start_gate(st, a, m):
+    """Side by side, the next server starts once server m has captured its
+    CUDA graphs (or serves, or has failed). The capture's first batch size
+    does work once per process that is quick alone and slow beside another
+    server's: on an H100 x4, TP=4 servers whose first sizes ran at the same
+    time took 195 to 399 s for it, where the one that began before the
+    others got going took 2 s (benchmark/results/2026-11-27-h100x4-probes/).
+    The model's imports, most of the rest of a start, still overlap.
+    --start-together starts them all at once, 3 s apart (no two start-ups
+    pick ports in the same instant)."""
+    t0 = time.time()
+    if a.start_together:
+        time.sleep(3)
+        return
+    why = m.srv.wait_for_log(CAPTURE_DONE, start_timeout(st))
+    st.log(f"  {m.tag}: {why or 'no capture end'} after {time.time() - t0:.0f}s, "
+           "the next server starts")
+    time.sleep(max(0.0, 3 - (time.time() - t0)))
 
 
 def start_timeout(st, longest=900, margin=20):

@@ -129,6 +129,29 @@ class Server:
                                      preexec_fn=pin)
         return self
 
+    def wait_for_log(self, needles, timeout, poll_s=0.5):
+        """Waits until the server's log holds one of `needles`, the process
+        has exited, or `timeout` seconds have passed: the needle found,
+        "exited" or None. Reads only what the log gained since the last look
+        (a start-up's progress bars make it long)."""
+        deadline = time.time() + timeout
+        keep = max(len(n) for n in needles)
+        seen, offset = "", 0
+        while True:
+            with open(self.log_path, errors="replace") as fh:
+                fh.seek(offset)
+                new = fh.read()
+                offset = fh.tell()
+            seen = seen[-keep:] + new  # a needle may straddle two reads
+            found = next((n for n in needles if n in seen), None)
+            if found:
+                return found
+            if self.proc.poll() is not None:
+                return "exited"
+            if time.time() >= deadline:
+                return None
+            time.sleep(poll_s)
+
     def wait_ready(self):
         self._wait_ready()
         self.start_s = time.time() - self._t0

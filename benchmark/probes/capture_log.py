@@ -22,6 +22,9 @@ import sys
 from decode_log import find_logs, run_probe  # what the log probes share
 
 CAPTURE_END = re.compile(r"Capture cuda graph end\. Time elapsed: ([0-9.]+) s")
+# the log line's own clock, e.g. "[2026-11-27 00:55:04 TP0] Capture cuda graph begin"
+STAMPED = r"\[(\d{{4}}-\d\d-\d\d \d\d:\d\d:\d\d) TP0\] Capture cuda graph {}"
+BEGIN_AT, END_AT = re.compile(STAMPED.format("begin")), re.compile(STAMPED.format("end"))
 # the bar's first step: "1/20 [03:46<" (minutes:seconds, or h:mm:ss)
 FIRST_SIZE = re.compile(r"Capturing batches \(bs=(\d+)[^)]*\):\s+\d+%\|[^|]*\|\s*1/(\d+) \[([\d:]+)<")
 
@@ -36,8 +39,9 @@ def seconds(clock):
 
 def read_log(path):
     """The log's first (target model) capture: its total seconds, the first
-    batch size and the seconds its step took, the number of sizes. None
-    where the log holds no finished capture."""
+    batch size and the seconds its step took, the number of sizes, and the
+    log's times of rank 0's begin and end lines. None where the log holds
+    no finished capture."""
     with open(path, errors="replace") as fh:
         text = fh.read().replace("\r", "\n")
     end = CAPTURE_END.search(text)
@@ -45,6 +49,10 @@ def read_log(path):
         return None
     first = FIRST_SIZE.search(text, 0, end.start())
     row = {"capture_s": float(end.group(1))}
+    # when rank 0 began and ended it (servers side by side: did they overlap?)
+    began, ended = BEGIN_AT.search(text), END_AT.search(text)
+    if began and ended:
+        row.update(began=began.group(1), ended=ended.group(1))
     if first:
         row.update(first_bs=int(first.group(1)), sizes=int(first.group(2)),
                    first_bs_s=seconds(first.group(3)))
@@ -61,10 +69,12 @@ def collect(dir_path):
 
 
 def table(rows):
-    out = ["| server | capture s | first batch size | its step s | sizes |", "|---|---|---|---|---|"]
+    out = ["| server | capture s | first batch size | its step s | sizes | began | ended |",
+           "|---|---|---|---|---|---|---|"]
     for r in rows:
         out.append(f"| {r['server']} | {r['capture_s']:.1f} | {r.get('first_bs', '—')} | "
-                   f"{r.get('first_bs_s', '—')} | {r.get('sizes', '—')} |")
+                   f"{r.get('first_bs_s', '—')} | {r.get('sizes', '—')} | "
+                   f"{r.get('began', '—')} | {r.get('ended', '—')} |")
     return "\n".join(out)
 
 

@@ -28,6 +28,9 @@ latency with it on.
 With SGLPATCH_HOST_TIME=1 it also loads host_time.py (copy it beside this
 file): host wall time per scheduler iteration, by function, per rank.
 
+With SGLPATCH_STARTUP_STACKS=1 it also loads startup_stacks.py (beside this
+file): where each process's start goes, by Python stack.
+
 Without SGLPATCH_PROBE_DIR it does nothing. Benchmark runs do not install it.
 """
 
@@ -200,4 +203,8 @@ if _DIR:
 
         for name, hook in host_time.hooks(_DIR).items():
             _HOOKS.setdefault(name, []).append(hook)
+    if os.environ.get("SGLPATCH_STARTUP_STACKS") == "1":
+        import startup_stacks  # beside this file, like host_time.py
+
+        startup_stacks.start(_DIR)
     sys.meta_path.insert(0, _AfterImport())

@@ -13,7 +13,9 @@ finish_reason and [DONE]; /v1/loads answers between two steps.  Environment:
 FAKE_TOKEN_S, seconds per generated token (all requests step under one
 lock, like one scheduler); FAKE_STALL_S, the whole server stalls that long
 when the first streamed request arrives; FAKE_START_S, seconds before the
-server starts listening.
+server starts listening; FAKE_CAPTURE_S, then seconds between the log's
+"Capture cuda graph begin" and "end" lines (FAKE_NO_CAPTURE: no such lines,
+as with --disable-cuda-graph).
 """
 
 import json
@@ -185,9 +187,18 @@ LAUNCH_SERVER = textwrap.dedent('''
               "0.2.0; per-step seq_lens host pull off: every attention backend of the "
               "decode step reads device lengths", flush=True)
     time.sleep(float(os.environ.get("FAKE_START_S") or 0))  # a slow (or hung) start-up
+    if not os.environ.get("FAKE_NO_CAPTURE"):  # sglang's CUDA-graph capture and its log lines
+        note("capture_begin")
+        print("[2026-11-26 10:00:01 TP0] Capture cuda graph begin. This can take up to "
+              "several minutes.", flush=True)
+        time.sleep(float(os.environ.get("FAKE_CAPTURE_S") or 0))
+        print("[2026-11-26 10:00:02 TP0] Capture cuda graph end. Time elapsed: 1.00 s.",
+              flush=True)
+        note("capture_end")
     http.server.ThreadingHTTPServer.request_queue_size = 256  # a storm connects at once
     srv = http.server.ThreadingHTTPServer(("127.0.0.1", port), H)
     note("up")
+    print("[2026-11-26 10:00:03] The server is fired up and ready to roll!", flush=True)
     import signal
     def down(*_):
         note("down")

@@ -85,7 +85,7 @@ def test_probe_site_is_a_linked_copy_with_the_probes_beside_it(tmp_path):
     res = sh(f"probe_site {tmp_path}/site {tmp_path}/copy", tmp_path)
     assert res.returncode == 0, res.stdout + res.stderr
     copy = tmp_path / "copy"
-    assert sorted(p.name for p in copy.iterdir()) == ["host_time.py", "sglang", "sitecustomize.py"]
+    assert sorted(p.name for p in copy.iterdir()) == ["host_time.py", "sglang", "sitecustomize.py", "startup_stacks.py"]
     # the site's files are shared, not copied; the site itself gets no probe
     assert (copy / "sglang" / "x.py").stat().st_ino == (tmp_path / "site" / "sglang" / "x.py").stat().st_ino
     assert not (tmp_path / "site" / "sitecustomize.py").exists()

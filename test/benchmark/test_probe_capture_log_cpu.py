@@ -40,9 +40,9 @@ def test_first_capture_and_its_first_batch_size(tmp_path):
     rows = capture_log.collect(str(tmp_path))
     assert rows == [
         {"server": "call1/base-triton", "capture_s": 231.55, "first_bs": 32, "sizes": 20,
-         "first_bs_s": 226},
+         "first_bs_s": 226, "began": "2026-11-26 21:19:34", "ended": "2026-11-26 21:23:26"},
         {"server": "pair0/patched-triton", "capture_s": 3700.0, "first_bs": 32, "sizes": 20,
-         "first_bs_s": 3665},
+         "first_bs_s": 3665, "began": "2026-11-26 21:19:34", "ended": "2026-11-26 21:23:26"},
     ]
 
 
@@ -52,6 +52,6 @@ def test_cli_writes_json_and_refuses_bad_input(tmp_path):
     res = subprocess.run([sys.executable, PROBE, str(tmp_path), "--out", str(out)],
                          capture_output=True, text=True)
     assert res.returncode == 0, res.stderr
-    assert "| a | 83.1 | 32 | 71 | 20 |" in res.stdout
+    assert "| a | 83.1 | 32 | 71 | 20 | 2026-11-26 21:19:34 | 2026-11-26 21:23:26 |" in res.stdout
     assert json.loads(out.read_text())[0]["first_bs_s"] == 71
     assert_refuses_bad_input(PROBE, tmp_path, "no server log with a finished capture")

@@ -55,6 +55,42 @@ def test_side_by_side_servers_overlap_and_repeats_interleave(tmp_path):
     assert [s["side_by_side"] for s in starts] == [2, 2]
 
 
+def _captures(events):
+    """{port: (capture begin, capture end)} from the stand-in's journal."""
+    out = {}
+    for e in events:
+        if e["event"] in ("capture_begin", "capture_end"):
+            out.setdefault(e["port"], {})[e["event"]] = e["t"]
+    return {p: (x["capture_begin"], x["capture_end"]) for p, x in out.items()}
+
+
+def test_side_by_side_servers_capture_one_after_another(tmp_path):
+    # each capture takes 4 s: started 3 s apart they would overlap
+    events, data = _run(tmp_path, "--side-by-side", "--max-total-tokens", "12345",
+                        env={"FAKE_CAPTURE_S": "4"})
+    (a_begin, a_end), (b_begin, b_end) = sorted(_captures(events).values())
+    assert a_end <= b_begin
+    assert data["bench"]["start"] == "after capture"
+
+
+def test_side_by_side_start_together_overlaps_the_captures(tmp_path):
+    events, data = _run(tmp_path, "--side-by-side", "--max-total-tokens", "12345",
+                        "--start-together", env={"FAKE_CAPTURE_S": "4"})
+    (a_begin, a_end), (b_begin, b_end) = sorted(_captures(events).values())
+    assert b_begin < a_end
+    assert data["bench"]["start"] == "together"
+
+
+def test_a_server_without_cuda_graphs_gates_the_next_once_it_serves(tmp_path):
+    events, data = _run(tmp_path, "--side-by-side", "--max-total-tokens", "12345",
+                        env={"FAKE_NO_CAPTURE": "1", "FAKE_START_S": "4"})
+    assert not _captures(events)
+    # no capture line: the gate is the server serving, so the second launched
+    # after the first came up (its own start then takes 4 s more)
+    ups = sorted(e["t"] for e in events if e["event"] == "up")
+    assert ups[1] - ups[0] >= 4
+
+
 def test_default_runs_one_server_at_a_time(tmp_path):
     events, data = _run(tmp_path)
     life = [e for e in events if e["event"] in ("up", "down")]

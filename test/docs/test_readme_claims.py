@@ -851,3 +851,33 @@ def test_request_broadcast_share_claim():
             f"{p32['functions']['broadcast_pyobj'][1]:.0f} µs of "
             f"~{(b32['iteration_us'] + p32['iteration_us']) / 2000:.1f} ms at concurrency 32 "
             "on the H200 ×2)") in arch
+
+
+def test_h100x4_startup_claim():
+    """benchmark/README.md: three TP=4 servers on an H100 x4, the ready times
+    of each call and the first batch size's capture, alone and together."""
+    probes = os.path.join(RESULTS, "2026-11-27-h100x4-probes")
+    calls = []
+    for i in (1, 2, 3):
+        with open(os.path.join(probes, f"call{i}.json")) as fh:
+            calls.append(json.load(fh))
+    assert all(c["card"].startswith("NVIDIA H100") for c in calls)
+    assert all(len(c["server_starts"]) == 3 for c in calls)
+    fresh = [s["start_s"] for s in calls[0]["server_starts"]]
+    warm = [s["start_s"] for c in calls[1:] for s in c["server_starts"]]
+    text = flat("benchmark/README.md")
+    assert (f"the servers were ready in {min(fresh):.0f} to {max(fresh):.0f} s on a fresh machine "
+            f"and in {min(warm):.0f} to {max(warm):.0f} s in two calls on the warm one") in text
+    with open(os.path.join(probes, "startup-capture.json")) as fh:
+        rows = {r["server"]: r for r in json.load(fh)}
+    alone = rows["call2/base-triton-ov1-EAGLE3-pcg1"]["first_bs_s"]
+    together = [r["first_bs_s"] for k, r in rows.items() if k != "call2/base-triton-ov1-EAGLE3-pcg1"]
+    assert (f"took {alone} s for its first batch size; the others, capturing at the same time as "
+            f"one or two more, took {min(together)} to {max(together)} s") in text
+    assert alone * 50 < min(together)
+    began = {k: r["began"] for k, r in rows.items()}
+    assert began["call2/base-triton-ov1-EAGLE3-pcg1"] == min(v for k, v in began.items()
+                                                              if k.startswith("call2/"))
+    assert "(base in the second call: it began at 00:55:04, the next server 1 s and the third 8 s later)" in text
+    assert began["call2/base-triton-ov1-EAGLE3-pcg1"].endswith("00:55:04")
+    assert sorted(v[-2:] for k, v in began.items() if k.startswith("call2/")) == ["04", "05", "12"]
