@@ -22,6 +22,10 @@
 #     (benchmark/probes/startup_stacks.py: each process's start by Python
 #     stack, until it serves) -> startup-stacks.tgz and rank 0's table per
 #     build in compare.log; with HOST_TIME=1 too, both load
+#   - KEEP_SERVERS=1 (with SIDE_BY_SIDE): e2e --keep-servers, the servers
+#     run on after the call, and the next call on the warm machine measures
+#     them again instead of starting them anew (those whose launch is the
+#     same; benchmark/keep.py); a call without it stops them first
 #   - ADDON=DIR: after the sites are installed, an add-on kit's wheels over
 #     each of them (.kitfa3: sgl-kernel with FA3, benchmark/kit/README.md);
 #     the add-on travels alone, in a call after the one that carried the kit
@@ -51,7 +55,8 @@ WORK=/tmp/sglpatch-bench
 mkdir -p "$WORK"
 # a warm machine keeps /tmp: only this call's traces and logs go back
 rm -rf "$WORK/profiles" "$WORK"/pair*/profiles
-rm -f "$WORK"/*.log "$WORK"/pair*/*.log
+# (but those the servers an earlier call kept still write: KEEP_SERVERS)
+python3 benchmark/keep.py prune-logs "$WORK" > /dev/null
 gpu_env
 
 args=() partial=()
@@ -128,6 +133,7 @@ if [ -n "$SIDE_BY_SIDE" ]; then
 fi
 
 [ "$PIN" = 1 ] && set -- "$@" --pin-cpus
+[ "$KEEP_SERVERS" = 1 ] && set -- "$@" --keep-servers
 rc=0
 [ -n "$PAIRS" ] && [ -z "$SIDE_BY_SIDE" ] && { log "ERROR: PAIRS needs SIDE_BY_SIDE"; exit 2; }
 e2e() {  # e2e OUT_DIR VARIANT_ARGS... -- e2e options

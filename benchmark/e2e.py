@@ -118,6 +118,10 @@ def build_parser():
                    help="with --side-by-side: start the servers at once (3 s apart) "
                         "rather than each once the one before has captured its CUDA "
                         "graphs")
+    r.add_argument("--keep-servers", action="store_true",
+                   help="with --side-by-side: leave the servers running when the run "
+                        "ends, and reuse those an earlier run kept whose launch is the "
+                        "same (benchmark/keep.py); a run without it stops them first")
     r.add_argument("--pin-cpus", action="store_true",
                    help="give each server that runs at a time, and the bench client, "
                         "whole physical cores of its own (sched_setaffinity), so one "
@@ -208,6 +212,9 @@ def main(argv=None):
     if a.cmd == "run" and a.side_by_side and not a.max_total_tokens:
         ap.error("--side-by-side needs --max-total-tokens: each server's KV pool "
                  "must be fixed, or the first to start takes the whole GPU")
+    if a.cmd == "run" and a.keep_servers and not a.side_by_side:
+        ap.error("--keep-servers needs --side-by-side: servers run one at a time "
+                 "otherwise, and a kept one would hold the GPU beside the next")
     if a.cmd == "run":
         for spec in a.variant or ():
             parse_variant(spec)  # a bad name fails here, before any model is built

@@ -14,6 +14,7 @@ import threading
 import time
 
 import faults
+import keep
 import greedy
 import profiling
 import results
@@ -213,6 +214,7 @@ def cmd_run(a):
                     for spec, pw in settings(a)]
     if a.pin_cpus:
         st.server_cpus = pin_cpus(st, len(members) if a.side_by_side else 1)
+    take_kept_servers(st, a, members, target, draft)
     for group in server_groups(members, a.side_by_side):
         need = 60 if all(m.spec == "none" for m in group) else 90
         if st.time_left() < need:
@@ -228,6 +230,9 @@ def cmd_run(a):
             st.errors.append(f"{names}: {e}"[:2000])
             st.log(f"ERROR {names}: {e}")
         st.write()
+    for r in st.kept_by_fingerprint.values():  # kept for a server that did not run
+        st.log(f"stop the server an earlier run kept: {r['tag']} (its group did not run)")
+        keep.stop_group(r["pgid"])
     st.runner.close()
     data = st.write()
     print(results.table(data))
@@ -321,31 +326,81 @@ def bench_order(members, repeats, concurrency):
             for m in (members if rep % 2 == 0 else members[::-1])]
 
 
+def member_command(a, m, target, draft, port):
+    return server_command(sys.executable, target, draft, port, m.be, m.spec, m.ov, m.pw,
+                          tp=a.tp, spec_steps=a.spec_steps, draft_tokens=a.spec_steps + 1,
+                          mem_fraction=a.mem_fraction_static,
+                          max_total_tokens=a.max_total_tokens,
+                          extra=server_extra_args(a))
+
+
+def member_fingerprint(st, a, m, i, target, draft):
+    cpus = st.server_cpus[i] if st.server_cpus else None
+    return keep.fingerprint(m.tag, member_command(a, m, target, draft, 0), m.env, cpus)
+
+
+def take_kept_servers(st, a, members, target, draft):
+    """Servers an earlier run kept (benchmark/keep.py): with --keep-servers
+    those whose launch matches one of this run's servers and that still
+    run are reused (st.kept_by_fingerprint); every other one is stopped
+    now, before this run's servers need the GPU."""
+    st.kept_by_fingerprint, st.kept_records = {}, []
+    records = keep.load(a.work_dir)
+    wanted = ({member_fingerprint(st, a, m, i, target, draft) for i, m in enumerate(members)}
+              if a.keep_servers else set())
+    for r in records:
+        if (r.get("fingerprint") in wanted and r["fingerprint"] not in st.kept_by_fingerprint
+                and keep.group_alive(r["pgid"])):
+            st.kept_by_fingerprint[r["fingerprint"]] = r
+        else:
+            st.log(f"stop the server an earlier run kept: {r.get('tag')} (port {r.get('port')})")
+            keep.stop_group(r["pgid"])
+            if r.get("log_path") and os.path.exists(r["log_path"]):
+                os.remove(r["log_path"])  # an earlier call's: not this run's evidence
+    keep.save(a.work_dir, [])  # rewritten as this run keeps its servers
+
+
 def serve_group(st, a, group, target, draft, vocab):
+    kept_now = set()  # tags of servers left running when the group ends
     with contextlib.ExitStack() as stack:
         used = set()
         for i, m in enumerate(group):
-            port = free_port(a.port_base + 10 * len(st.server_starts) + 10 * i)
-            while port in used:
-                port = free_port(port + 1)
-            used.add(port)
-            cmd = server_command(sys.executable, target, draft, port, m.be, m.spec, m.ov, m.pw,
-                                 tp=a.tp, spec_steps=a.spec_steps, draft_tokens=a.spec_steps + 1,
-                                 mem_fraction=a.mem_fraction_static,
-                                 max_total_tokens=a.max_total_tokens,
-                                 extra=server_extra_args(a))
-            st.log(f"launch {m.tag}: {' '.join(cmd[1:])}")
             cpus = st.server_cpus[i] if st.server_cpus else None
-            m.srv = Server(cmd, m.env, os.path.join(a.work_dir, f"server-{m.tag}.log"),
-                           start_timeout=start_timeout(st), cpus=cpus)
-            stack.callback(m.srv.__exit__)
+            m.fingerprint = member_fingerprint(st, a, m, i, target, draft)
+            kept = st.kept_by_fingerprint.pop(m.fingerprint, None)
+            if kept:
+                port = kept["port"]
+            else:
+                port = free_port(a.port_base + 10 * len(st.server_starts) + 10 * i)
+                while port in used:
+                    port = free_port(port + 1)
+            used.add(port)
+            cmd = member_command(a, m, target, draft, port)
+            log_path = kept["log_path"] if kept else os.path.join(a.work_dir, f"server-{m.tag}.log")
+            m.srv = Server(cmd, m.env, log_path, start_timeout=start_timeout(st), cpus=cpus)
+            stack.callback(lambda m=m: m.tag in kept_now or m.srv.__exit__())
+            if kept:
+                m.srv.adopt(kept["pgid"], kept["start_s"])
+                st.log(f"reuse {m.tag}: the server an earlier run kept (port {port})")
+                continue
+            st.log(f"launch {m.tag}: {' '.join(cmd[1:])}")
             m.srv.launch()
             if i + 1 < len(group):
                 start_gate(st, a, m)
+
+        def keep_on_success(exc_type, exc, tb):
+            # runs before the servers' own callbacks (last in, first out)
+            if exc_type is None and a.keep_servers:
+                keep_servers(st, a, group, kept_now)
+            return False
+
+        stack.push(keep_on_success)
         for m in group:
             m.srv.wait_ready()
             start = {"setting": m.tag, "start_s": round(m.srv.start_s, 1),
                      "side_by_side": len(group)}
+            if getattr(m.srv, "adopted", False):
+                start["reused"] = True  # started by an earlier run: start_s is that start's
             if m.srv.cpus:
                 start["cpus"] = cpu_list(m.srv.cpus)
             said = sglpatch_line(m.srv.log_path)
@@ -371,6 +426,23 @@ def serve_group(st, a, group, target, draft, vocab):
                 st.log(f"  deadline: stop at rep {rep} c={c} ({m.tag})")
                 return
             bench_point(st, a, m, rep, c, target, vocab)
+
+
+def keep_servers(st, a, group, kept_now):
+    """--keep-servers: list the group's running servers in the work dir's
+    registry for the next run, and leave them running."""
+    for m in group:
+        if m.srv.proc is None or m.srv.proc.poll() is not None:
+            continue
+        kept_now.add(m.tag)
+        if m.srv.log is not None:
+            m.srv.log.close()  # ours only: the server writes through its own
+        st.kept_records.append({"tag": m.tag, "fingerprint": m.fingerprint,
+                                "port": m.srv.port, "pgid": m.srv.proc.pid,
+                                "log_path": m.srv.log_path,
+                                "start_s": round(m.srv.start_s, 1)})
+        st.log(f"  keep {m.tag} running (port {m.srv.port}) for the next run")
+    keep.save(a.work_dir, st.kept_records)
 
 
 def greedy_check(st, a, m):

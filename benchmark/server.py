@@ -152,9 +152,21 @@ class Server:
                 return None
             time.sleep(poll_s)
 
+    def adopt(self, pgid, start_s):
+        """Take over a server an earlier run launched and kept
+        (benchmark/keep.py): its process group, and its own start time."""
+        import keep
+
+        self.proc = keep.KeptProcess(pgid)
+        self._t0 = time.time()
+        self.start_s = start_s
+        self.adopted = True
+        return self
+
     def wait_ready(self):
         self._wait_ready()
-        self.start_s = time.time() - self._t0
+        if not getattr(self, "adopted", False):
+            self.start_s = time.time() - self._t0
         return self
 
     def _wait_ready(self):

@@ -1,0 +1,158 @@
+"""Servers that outlive a call: `e2e.py run --side-by-side --keep-servers`.
+
+On the GPU machine a process that started its own session (every server
+does: Server.launch) runs on after the call's command returns, until the
+machine goes back. A server takes 100 to 500 s to start and a call lasts
+ten minutes, so the next call on the warm machine can measure the same
+servers again instead of starting them anew. The run that keeps its
+servers lists them in WORK/kept-servers.json; the next run adopts each
+one whose launch is the same (`fingerprint`) and still serves, and stops
+every other one first, so no stale server holds GPU memory beside the new
+ones. A run without --keep-servers stops them all at its start.
+
+    python3 benchmark/keep.py prune-logs WORK
+
+deletes the logs under WORK (and WORK/pair*/) of an earlier call, except
+those the kept servers still write.
+"""
+
+import glob
+import hashlib
+import json
+import os
+import signal
+import sys
+import time
+
+REGISTRY = "kept-servers.json"
+# the environment that changes what a server runs (its site, its GPUs,
+# the project's probes, sglang's debug switches)
+_ENV_KEYS = ("PYTHONPATH", "CUDA_VISIBLE_DEVICES")
+_ENV_PREFIXES = ("SGLPATCH_", "SGLANG_")
+
+
+def _site_identity(env):
+    """The site the server imports from, as a directory identity: a site
+    made anew (rm -rf, then a copy) gets another inode, one that had files
+    added another mtime."""
+    site = (env.get("PYTHONPATH") or "").split(os.pathsep)[0]
+    try:
+        st = os.stat(site)
+    except OSError:
+        return None
+    return [site, st.st_ino, st.st_mtime_ns]
+
+
+def fingerprint(tag, cmd, env, cpus=None):
+    """What makes two launches the same server: its name in the run (the
+    build and setting), the command without its port, the environment
+    that matters, the site's identity and the CPUs it may use."""
+    portless = list(cmd)
+    if "--port" in portless:
+        portless[portless.index("--port") + 1] = "PORT"
+    keep_env = {k: v for k, v in sorted(env.items())
+                if k in _ENV_KEYS or k.startswith(_ENV_PREFIXES)}
+    blob = json.dumps([tag, portless, keep_env, _site_identity(env),
+                       sorted(cpus) if cpus else None])
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def load(work_dir):
+    path = os.path.join(work_dir, REGISTRY)
+    try:
+        with open(path) as fh:
+            records = json.load(fh)
+    except FileNotFoundError:
+        return []
+    except (OSError, ValueError) as e:
+        raise SystemExit(f"{path}: not a kept-servers list ({e}); delete it to go on")
+    if not isinstance(records, list):
+        raise SystemExit(f"{path}: not a kept-servers list; delete it to go on")
+    return records
+
+
+def save(work_dir, records):
+    path = os.path.join(work_dir, REGISTRY)
+    if not records:
+        if os.path.exists(path):
+            os.remove(path)
+        return
+    with open(path + ".tmp", "w") as fh:
+        json.dump(records, fh, indent=1)
+    os.replace(path + ".tmp", path)
+
+
+def group_alive(pgid):
+    try:
+        os.killpg(pgid, 0)
+        return True
+    except (ProcessLookupError, PermissionError):
+        return False
+
+
+def stop_group(pgid, wait_s=30):
+    """SIGTERM the server's process group, then SIGKILL what is left."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(pgid, sig)
+        except ProcessLookupError:
+            return
+        deadline = time.time() + wait_s
+        while time.time() < deadline and group_alive(pgid):
+            time.sleep(0.2)
+        if not group_alive(pgid):
+            return
+
+
+class KeptProcess:
+    """A kept server's launcher, seen from a later run: enough of Popen
+    (pid, poll, wait, returncode) for Server to wait on and stop it."""
+
+    def __init__(self, pgid):
+        self.pid = pgid
+        self.returncode = None
+
+    def poll(self):
+        if self.returncode is None and not group_alive(self.pid):
+            self.returncode = 0  # not our child: its exit status is not ours to read
+        return self.returncode
+
+    def wait(self, timeout=None):
+        deadline = None if timeout is None else time.time() + timeout
+        while self.poll() is None:
+            if deadline is not None and time.time() >= deadline:
+                import subprocess
+
+                raise subprocess.TimeoutExpired("kept server", timeout)
+            time.sleep(0.2)
+        return self.returncode
+
+
+def prune_logs(work_dir):
+    """Deletes *.log under work_dir and work_dir/pair*/ but the kept servers'."""
+    keep = set()
+    for d in [work_dir] + sorted(glob.glob(os.path.join(work_dir, "pair*"))):
+        keep.update(os.path.abspath(r["log_path"]) for r in load(d) if r.get("log_path"))
+    removed = 0
+    for path in glob.glob(os.path.join(work_dir, "*.log")) + \
+            glob.glob(os.path.join(work_dir, "pair*", "*.log")):
+        if os.path.abspath(path) not in keep:
+            os.remove(path)
+            removed += 1
+    return removed, len(keep)
+
+
+def main(argv):
+    if len(argv) != 2 or argv[0] != "prune-logs":
+        print("usage: keep.py prune-logs WORK", file=sys.stderr)
+        return 2
+    if not os.path.isdir(argv[1]):
+        print(f"keep.py: {argv[1]}: not a directory", file=sys.stderr)
+        return 2
+    removed, kept = prune_logs(argv[1])
+    print(f"removed {removed} logs, kept {kept} of running servers")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
