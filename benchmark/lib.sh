@@ -58,12 +58,22 @@ addon_install() {  # addon_install ADDON SITE...: an add-on kit's wheels over ea
   done
 }
 
+PROBE_FILES="sitecustomize.py host_time.py startup_stacks.py"
+
 probe_site() {  # probe_site SITE COPY: a hard-linked copy of SITE with the project's
-  # probes (benchmark/probes/) beside it, so the servers measured from SITE never load them
-  local site=$1 copy=$2
+  # probes (benchmark/probes/) beside it, so the servers measured from SITE never load them.
+  # An earlier call's copy stays (a server kept from that call, KEEP_SERVERS, runs from it)
+  # when it links to this SITE's files and holds these very probes; else it is made anew.
+  local site=$1 copy=$2 f same=1
+  if [ -f "$site/.kit-installed" ] && [ -f "$copy/.kit-installed" ] && \
+     [ "$(stat -c %i "$site/.kit-installed")" = "$(stat -c %i "$copy/.kit-installed")" ]; then
+    for f in $PROBE_FILES; do cmp -s "benchmark/probes/$f" "$copy/$f" || same=0; done
+  else
+    same=0
+  fi
+  [ $same = 1 ] && { log "reuse $copy"; return 0; }
   rm -rf "$copy" && cp -al "$site" "$copy" || return 1
-  cp benchmark/probes/sitecustomize.py benchmark/probes/host_time.py \
-    benchmark/probes/startup_stacks.py "$copy/"
+  for f in $PROBE_FILES; do cp "benchmark/probes/$f" "$copy/" || return 1; done
 }
 
 tar_logs() {  # tar_logs WORK: the server and bench logs under WORK, one folder deep

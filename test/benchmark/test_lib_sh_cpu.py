@@ -89,3 +89,28 @@ def test_probe_site_is_a_linked_copy_with_the_probes_beside_it(tmp_path):
     # the site's files are shared, not copied; the site itself gets no probe
     assert (copy / "sglang" / "x.py").stat().st_ino == (tmp_path / "site" / "sglang" / "x.py").stat().st_ino
     assert not (tmp_path / "site" / "sitecustomize.py").exists()
+
+
+def test_probe_site_keeps_an_earlier_copy_only_while_it_matches(tmp_path):
+    (tmp_path / "site" / "sglang").mkdir(parents=True)
+    (tmp_path / "site" / ".kit-installed").write_text("")
+    res = sh(f"probe_site {tmp_path}/site {tmp_path}/copy", tmp_path)
+    assert res.returncode == 0, res.stdout + res.stderr
+    mark = tmp_path / "copy" / "server-was-here"  # what a kept server left in its copy
+    mark.write_text("")
+    # a kept server runs from the copy: the next call leaves it as it is
+    res = sh(f"probe_site {tmp_path}/site {tmp_path}/copy", tmp_path)
+    assert res.returncode == 0 and "reuse" in res.stdout and mark.exists()
+    # another probe file: made anew
+    (tmp_path / "copy" / "host_time.py").write_text("# an older probe\n")
+    res = sh(f"probe_site {tmp_path}/site {tmp_path}/copy", tmp_path)
+    assert res.returncode == 0 and "reuse" not in res.stdout and not mark.exists()
+    assert (tmp_path / "copy" / "host_time.py").read_text() == (
+        open(os.path.join(REPO, "benchmark", "probes", "host_time.py")).read())
+    mark.write_text("")
+    # the site made anew (another marker file): made anew
+    # (the new marker is made while the old one exists: another inode)
+    (tmp_path / "site" / ".kit-installed.new").write_text("")
+    os.replace(tmp_path / "site" / ".kit-installed.new", tmp_path / "site" / ".kit-installed")
+    res = sh(f"probe_site {tmp_path}/site {tmp_path}/copy", tmp_path)
+    assert res.returncode == 0 and "reuse" not in res.stdout and not mark.exists()
