@@ -364,10 +364,15 @@ def serve_group(st, a, group, target, draft, vocab):
     kept_now = set()  # tags of servers left running when the group ends
     with contextlib.ExitStack() as stack:
         used = set()
+        kept_for = {}  # tag -> the record of the kept server it reuses
+        for i, m in enumerate(group):
+            m.fingerprint = member_fingerprint(st, a, m, i, target, draft)
+            # taken from the list only once adopted: one left there when the
+            # group fails is stopped at the end of the run
+            kept_for[m.tag] = st.kept_by_fingerprint.get(m.fingerprint)
         for i, m in enumerate(group):
             cpus = st.server_cpus[i] if st.server_cpus else None
-            m.fingerprint = member_fingerprint(st, a, m, i, target, draft)
-            kept = st.kept_by_fingerprint.pop(m.fingerprint, None)
+            kept = kept_for[m.tag]
             if kept:
                 port = kept["port"]
             else:
@@ -380,12 +385,13 @@ def serve_group(st, a, group, target, draft, vocab):
             m.srv = Server(cmd, m.env, log_path, start_timeout=start_timeout(st), cpus=cpus)
             stack.callback(lambda m=m: m.tag in kept_now or m.srv.__exit__())
             if kept:
+                st.kept_by_fingerprint.pop(m.fingerprint)
                 m.srv.adopt(kept["pgid"], kept["start_s"])
                 st.log(f"reuse {m.tag}: the server an earlier run kept (port {port})")
                 continue
             st.log(f"launch {m.tag}: {' '.join(cmd[1:])}")
             m.srv.launch()
-            if i + 1 < len(group):
+            if any(not kept_for[n.tag] for n in group[i + 1:]):  # another start follows
                 start_gate(st, a, m)
 
         def keep_on_success(exc_type, exc, tb):
