@@ -20,9 +20,9 @@ import glob
 import hashlib
 import json
 import os
-import signal
 import sys
-import time
+
+from server import KeptProcess, stop_group
 
 REGISTRY = "kept-servers.json"
 # the environment that changes what a server runs (its site, its GPUs,
@@ -82,50 +82,9 @@ def save(work_dir, records):
     os.replace(path + ".tmp", path)
 
 
-def group_alive(pgid):
-    try:
-        os.killpg(pgid, 0)
-        return True
-    except (ProcessLookupError, PermissionError):
-        return False
-
-
-def stop_group(pgid, wait_s=30):
-    """SIGTERM the server's process group, then SIGKILL what is left."""
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.killpg(pgid, sig)
-        except ProcessLookupError:
-            return
-        deadline = time.time() + wait_s
-        while time.time() < deadline and group_alive(pgid):
-            time.sleep(0.2)
-        if not group_alive(pgid):
-            return
-
-
-class KeptProcess:
-    """A kept server's launcher, seen from a later run: enough of Popen
-    (pid, poll, wait, returncode) for Server to wait on and stop it."""
-
-    def __init__(self, pgid):
-        self.pid = pgid
-        self.returncode = None
-
-    def poll(self):
-        if self.returncode is None and not group_alive(self.pid):
-            self.returncode = 0  # not our child: its exit status is not ours to read
-        return self.returncode
-
-    def wait(self, timeout=None):
-        deadline = None if timeout is None else time.time() + timeout
-        while self.poll() is None:
-            if deadline is not None and time.time() >= deadline:
-                import subprocess
-
-                raise subprocess.TimeoutExpired("kept server", timeout)
-            time.sleep(0.2)
-        return self.returncode
+def stop(pgid):
+    """Stop a kept server by its process group (server.stop_group)."""
+    stop_group(KeptProcess(pgid))
 
 
 def prune_logs(work_dir):

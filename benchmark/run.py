@@ -23,7 +23,7 @@ import trace_steps
 from bench import BenchRunner, probe_throughput, run_bench
 from builds import apply_series, detect_card, ensure_models, load_fmap, parse_variant, variant_env
 from pairs import cpu_cores, cpu_slices
-from server import Server, free_port, server_command, sglpatch_line
+from server import Server, free_port, group_alive, server_command, sglpatch_line
 
 
 class Run:
@@ -232,7 +232,7 @@ def cmd_run(a):
         st.write()
     for r in st.kept_by_fingerprint.values():  # kept for a server that did not run
         st.log(f"stop the server an earlier run kept: {r['tag']} (its group did not run)")
-        keep.stop_group(r["pgid"])
+        keep.stop(r["pgid"])
     st.runner.close()
     data = st.write()
     print(results.table(data))
@@ -345,16 +345,18 @@ def take_kept_servers(st, a, members, target, draft):
     run are reused (st.kept_by_fingerprint); every other one is stopped
     now, before this run's servers need the GPU."""
     st.kept_by_fingerprint, st.kept_records = {}, []
+    for group in server_groups(members, a.side_by_side):  # serve_group goes by it
+        for i, m in enumerate(group):  # i: its CPU set's index within its group
+            m.fingerprint = member_fingerprint(st, a, m, i, target, draft)
     records = keep.load(a.work_dir)
-    wanted = ({member_fingerprint(st, a, m, i, target, draft) for i, m in enumerate(members)}
-              if a.keep_servers else set())
+    wanted = {m.fingerprint for m in members} if a.keep_servers else set()
     for r in records:
         if (r.get("fingerprint") in wanted and r["fingerprint"] not in st.kept_by_fingerprint
-                and keep.group_alive(r["pgid"])):
+                and group_alive(r["pgid"])):
             st.kept_by_fingerprint[r["fingerprint"]] = r
         else:
             st.log(f"stop the server an earlier run kept: {r.get('tag')} (port {r.get('port')})")
-            keep.stop_group(r["pgid"])
+            keep.stop(r["pgid"])
             if r.get("log_path") and os.path.exists(r["log_path"]):
                 os.remove(r["log_path"])  # an earlier call's: not this run's evidence
     keep.save(a.work_dir, [])  # rewritten as this run keeps its servers
@@ -364,12 +366,10 @@ def serve_group(st, a, group, target, draft, vocab):
     kept_now = set()  # tags of servers left running when the group ends
     with contextlib.ExitStack() as stack:
         used = set()
-        kept_for = {}  # tag -> the record of the kept server it reuses
-        for i, m in enumerate(group):
-            m.fingerprint = member_fingerprint(st, a, m, i, target, draft)
-            # taken from the list only once adopted: one left there when the
-            # group fails is stopped at the end of the run
-            kept_for[m.tag] = st.kept_by_fingerprint.get(m.fingerprint)
+        # tag -> the record of the kept server it reuses; taken from the list
+        # only once adopted: one left there when the group fails is stopped
+        # at the end of the run
+        kept_for = {m.tag: st.kept_by_fingerprint.get(m.fingerprint) for m in group}
         for i, m in enumerate(group):
             cpus = st.server_cpus[i] if st.server_cpus else None
             kept = kept_for[m.tag]

@@ -91,6 +91,65 @@ def server_command(python, target, draft, port, attention_backend, speculative,
     return cmd + list(extra)
 
 
+def group_alive(pgid):
+    try:
+        os.killpg(pgid, 0)
+        return True
+    except (ProcessLookupError, PermissionError):
+        return False
+
+
+def stop_group(proc):
+    """Stop a server's process group: SIGTERM, then SIGKILL, each given 30 s
+    for the launcher (`proc`, a Popen or KeptProcess) to exit, then what is
+    left of the group."""
+    pgid = proc.pid  # start_new_session: the group id is the launcher's PID
+    for sig, wait in ((signal.SIGTERM, 30), (signal.SIGKILL, 30)):
+        try:
+            os.killpg(pgid, sig)
+        except ProcessLookupError:
+            break
+        try:
+            proc.wait(timeout=wait)
+            break
+        except subprocess.TimeoutExpired:
+            continue
+    # children may outlive the launcher for a moment; reap the group
+    for _ in range(20):
+        if not group_alive(pgid):
+            break
+        time.sleep(0.5)
+    else:
+        try:
+            os.killpg(pgid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+class KeptProcess:
+    """The launcher of a server an earlier run kept (benchmark/keep.py), seen
+    from a later run: enough of Popen (pid, poll, wait, returncode) for
+    Server to wait on and stop it. Not our child: it has exited once its
+    process group is gone, and its exit status is not ours to read."""
+
+    def __init__(self, pgid):
+        self.pid = pgid
+        self.returncode = None
+
+    def poll(self):
+        if self.returncode is None and not group_alive(self.pid):
+            self.returncode = 0
+        return self.returncode
+
+    def wait(self, timeout=None):
+        deadline = None if timeout is None else time.time() + timeout
+        while self.poll() is None:
+            if deadline is not None and time.time() >= deadline:
+                raise subprocess.TimeoutExpired("kept server", timeout)
+            time.sleep(0.2)
+        return self.returncode
+
+
 class Server:
     """Context manager: launch, wait until it serves, stop by PID."""
 
@@ -155,9 +214,7 @@ class Server:
     def adopt(self, pgid, start_s):
         """Take over a server an earlier run launched and kept
         (benchmark/keep.py): its process group, and its own start time."""
-        import keep
-
-        self.proc = keep.KeptProcess(pgid)
+        self.proc = KeptProcess(pgid)
         self._t0 = time.time()
         self.start_s = start_s
         self.adopted = True
@@ -186,29 +243,7 @@ class Server:
     def stop(self):
         if self.proc is None or self.proc.poll() is not None:
             return
-        pgid = self.proc.pid  # start_new_session: the group id is our PID
-        for sig, wait in ((signal.SIGTERM, 30), (signal.SIGKILL, 30)):
-            try:
-                os.killpg(pgid, sig)
-            except ProcessLookupError:
-                break
-            try:
-                self.proc.wait(timeout=wait)
-                break
-            except subprocess.TimeoutExpired:
-                continue
-        # children may outlive the launcher for a moment; reap the group
-        for _ in range(20):
-            try:
-                os.killpg(pgid, 0)
-            except ProcessLookupError:
-                break
-            time.sleep(0.5)
-        else:
-            try:
-                os.killpg(pgid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        stop_group(self.proc)
 
     def __exit__(self, *exc):
         self.stop()

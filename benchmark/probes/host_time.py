@@ -184,7 +184,7 @@ class HostTimes:
         self.open_t = now
 
     def report(self):
-        out = {"pid": os.getpid(), "rank": self.rank, "build": _build(), "by_batch_size": {}}
+        out = {"pid": os.getpid(), "rank": self.rank, "build": sglang_site(), "by_batch_size": {}}
         for bs, b in sorted(self.buckets.items()):
             n = b["iterations"]
             functions = {name: [round(c / n, 2), round(ns / n / 1e3, 1)]
@@ -212,7 +212,7 @@ class HostTimes:
         os.replace(path + ".tmp", path)
 
 
-def _build():
+def sglang_site():
     """The site the sglang under test was imported from (tells builds apart)."""
     mod = sys.modules.get("sglang")
     path = getattr(mod, "__file__", None) or ""

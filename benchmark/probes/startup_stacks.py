@@ -40,6 +40,8 @@ import sys
 import threading
 import time
 
+from host_time import sglang_site  # beside this file, in the probe site too
+
 WRITE_EVERY_S = 10.0
 TIMELINE_CAP = 5000  # changes kept per process
 _PACKAGES = ("sglang", "torch", "triton", "tvm_ffi", "flashinfer", "sgl_kernel",
@@ -94,9 +96,7 @@ class StartupSampler:
         return serving
 
     def report(self):
-        mod = sys.modules.get("sglang")
-        path = getattr(mod, "__file__", None) or ""
-        return {"pid": self.pid, "build": os.path.dirname(os.path.dirname(path)),
+        return {"pid": self.pid, "build": sglang_site(),
                 "rank": self.rank, "covered_s": round(self.covered_s, 3),
                 "stopped_by": self.stopped_by,
                 "stacks": {k: round(v, 3) for k, v in self.stacks.items()},

@@ -14,6 +14,7 @@ from standin_sglang import E2E, make_site
 
 sys.path.insert(0, os.path.dirname(E2E))
 import keep  # noqa: E402
+from server import group_alive  # noqa: E402
 
 
 def _run(tmp_path, *extra, kv="12345", check=True):
@@ -52,13 +53,13 @@ def work(tmp_path):
     yield tmp_path
     # never leave a stand-in server behind
     for r in keep.load(str(tmp_path / "work")):
-        keep.stop_group(r["pgid"], wait_s=5)
+        keep.stop(r["pgid"])
 
 
 def test_a_kept_server_is_measured_again_without_a_start(work):
     _run(work, "--keep-servers")
     kept = keep.load(str(work / "work"))
-    assert len(kept) == 2 and all(keep.group_alive(r["pgid"]) for r in kept)
+    assert len(kept) == 2 and all(group_alive(r["pgid"]) for r in kept)
     first = _events(work)
     assert [e["event"] for e in first].count("up") == 2
     assert "down" not in [e["event"] for e in first]
@@ -86,7 +87,7 @@ def test_a_run_with_another_launch_stops_the_kept_servers_first(work):
     # the old ones went down before either new one came up
     assert sorted(e["port"] for e in downs) == sorted(r["port"] for r in old)
     assert len(ups) == 2 and max(e["t"] for e in downs) < min(e["t"] for e in ups)
-    assert not any(keep.group_alive(r["pgid"]) for r in old)
+    assert not any(group_alive(r["pgid"]) for r in old)
     assert all("reused" not in s for s in _results(work)["server_starts"])
 
 
@@ -94,7 +95,7 @@ def test_a_run_without_the_switch_leaves_nothing_running(work):
     _run(work, "--keep-servers")
     old = keep.load(str(work / "work"))
     _run(work)
-    assert not any(keep.group_alive(r["pgid"]) for r in old)
+    assert not any(group_alive(r["pgid"]) for r in old)
     assert keep.load(str(work / "work")) == []
     assert not (work / "work" / keep.REGISTRY).exists()
 
