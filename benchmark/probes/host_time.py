@@ -55,7 +55,8 @@ TARGETS = {
         "Scheduler.recv_requests", "Scheduler.process_input_requests",
         "Scheduler.get_next_batch_to_run", "Scheduler.update_running_batch",
         "Scheduler.run_batch", "Scheduler.process_batch_result",
-        "Scheduler.record_batch_in_overlap", "Scheduler.send_output", "broadcast_pyobj"],
+        "Scheduler.record_batch_in_overlap", "Scheduler.send_output", "broadcast_pyobj",
+        "broadcast_reqs_to_tp_ranks"],
     "sglang.srt.managers.scheduler_output_processor_mixin": [
         "SchedulerOutputProcessorMixin.process_batch_result_decode"],
     "sglang.srt.managers.schedule_batch": [
