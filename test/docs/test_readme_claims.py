@@ -881,3 +881,27 @@ def test_h100x4_startup_claim():
     assert "(base in the second call: it began at 00:55:04, the next server 1 s and the third 8 s later)" in text
     assert began["call2/base-triton-ov1-EAGLE3-pcg1"].endswith("00:55:04")
     assert sorted(v[-2:] for k, v in began.items() if k.startswith("call2/")) == ["04", "05", "12"]
+
+
+def test_shm_broadcast_candidate_page_matches_its_results():
+    page = flat("docs/patches/0009-shm-request-broadcast.md")
+    data = load("2026-11-27-h100x4-tp4-shm-candidate")
+    assert "2026-11-27-h100x4-tp4-shm-candidate.md" in page and "NVIDIA H100 ×4" in page
+    assert data["card"].startswith("NVIDIA H100") and {r["tp"] for r in data["runs"]} == {4}
+    starts = {x["setting"].split("-triton")[0]: x.get("sglpatch_line", "")
+              for x in data["server_starts"]}
+    assert starts["patched"].startswith("patches 0001-0009")
+    assert starts["patched-through-0008"].startswith("patches 0001-0008")
+    assert len({g["sha256"] for g in data["greedy_runs"]}) == 1
+    assert all(g["prompts_off_constructed_f"] == 0 for g in data["greedy_runs"])
+    cells = {(e["variant"], e["concurrency"]): e["ratios"] for e in report.results.paired_ratios(data)}
+    for variant in ("patched", "patched-through-0008"):
+        row = " | ".join(" / ".join(f"{x:.2f}" for x in cells[(variant, c)]) if (variant, c) in cells
+                         else "—" for c in (1, 8, 32))
+        label = "`patched` (0001-0009)" if variant == "patched" else "`patched-through-0008`"
+        assert f"| {label} | {row} |" in page
+    ours = [x for c in (1, 8) for x in cells[("patched", c)]]
+    assert "faster than base in all three pairs" in page and len(ours) == 3 and max(ours) < 1
+    shipped = {x["concurrency"]: x["samples"] for x in data["runs"] if x["variant"] == "patched-through-0008"}
+    mine = {x["concurrency"]: x["samples"] for x in data["runs"] if x["variant"] == "patched"}
+    assert all(a["tpot_ms"] < b["tpot_ms"] for c in mine for a, b in zip(mine[c], shipped[c]))
