@@ -45,8 +45,10 @@ def parse_variant(spec):
 # (sglang.jit_kernel, built by tvm-ffi at their first use, during the first
 # CUDA-graph capture); by default all write under $HOME. The work dir is in
 # /tmp on the GPU machine, which a warm machine keeps between calls, so a
-# later call's servers find them there. Every build of a call shares them:
-# the caches key each kernel by its source and version.
+# later call's servers find them there. Every build of a call shares them,
+# but tvm-ffi's cache key and flashinfer's build file hold the paths of the
+# site a kernel was built from, so each build (its own site) compiles again
+# (results/2026-11-27-h100x2-probes/README.md).
 JIT_CACHE_VARS = {"FLASHINFER_WORKSPACE_BASE": "flashinfer", "TRITON_CACHE_DIR": "triton",
                   "TVM_FFI_CACHE_DIR": "tvm-ffi"}
 

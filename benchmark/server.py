@@ -11,6 +11,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -186,7 +187,25 @@ class Server:
         self.proc = subprocess.Popen(self.cmd, env=self.env, stdout=self.log,
                                      stderr=subprocess.STDOUT, start_new_session=True,
                                      preexec_fn=pin)
+        # Poll for readiness from now on, not from whenever wait_ready() is
+        # called: side by side, the first server's wait_ready() comes only
+        # after the later servers were launched and gated, and its start
+        # would count their time too (288 s for a server that served after
+        # ~187 s, H100 x2). The start timeout counts from the launch as well.
+        self._ready = threading.Event()
+        self._ready_at, self._ready_error = None, None
+        threading.Thread(target=self._watch_ready, name=f"ready-{self.port}",
+                         daemon=True).start()
         return self
+
+    def _watch_ready(self):
+        try:
+            self._wait_ready()
+            self._ready_at = time.time()
+        except Exception as e:  # handed to wait_ready(), which raises it
+            self._ready_error = e
+        finally:
+            self._ready.set()
 
     def wait_for_log(self, needles, timeout, poll_s=0.5):
         """Waits until the server's log holds one of `needles`, the process
@@ -221,9 +240,17 @@ class Server:
         return self
 
     def wait_ready(self):
-        self._wait_ready()
-        if not getattr(self, "adopted", False):
-            self.start_s = time.time() - self._t0
+        """Returns once the server serves; start_s is then the seconds from
+        its launch until it first did (an adopted server keeps the start
+        time of the run that launched it). Raises what the readiness poll
+        met: the server exited (with its log's tail), or the timeout."""
+        if getattr(self, "adopted", False):
+            self._wait_ready()  # still serving? its start was another run's
+            return self
+        self._ready.wait()
+        if self._ready_error is not None:
+            raise self._ready_error
+        self.start_s = self._ready_at - self._t0
         return self
 
     def _wait_ready(self):

@@ -1,0 +1,62 @@
+"""CPU tests of benchmark/server.py's start time, against the stand-in sglang
+(standin_sglang.py): side by side, a server's wait_ready() is called only
+after the later servers were launched, so its start must be timed from its
+launch to the moment it first served, not to that call."""
+
+import json
+import os
+import sys
+import time
+
+import pytest
+
+from standin_sglang import E2E, make_site
+
+sys.path.insert(0, os.path.dirname(E2E))
+from server import Server, free_port  # noqa: E402
+
+
+def _server(tmp_path, start_timeout=60, **fake_env):
+    site = make_site(tmp_path)
+    env = dict(os.environ, FAKE_JOURNAL=str(tmp_path / "journal.jsonl"), PYTHONPATH=site,
+               FAKE_NO_CAPTURE="1", **fake_env)
+    cmd = [sys.executable, "-m", "sglang.launch_server", "--port", str(free_port(31000))]
+    return Server(cmd, env, str(tmp_path / "server.log"), start_timeout=start_timeout)
+
+
+def _up_at(tmp_path):
+    (up,) = [e["t"] for e in map(json.loads, (tmp_path / "journal.jsonl").read_text().splitlines())
+             if e["event"] == "up"]
+    return up
+
+
+def test_start_counts_until_the_server_served_not_until_wait_ready(tmp_path):
+    srv = _server(tmp_path)
+    launched = time.time()
+    srv.launch()
+    try:
+        time.sleep(4)  # the other servers of the group start meanwhile
+        srv.wait_ready()
+        served = _up_at(tmp_path) - launched  # the stand-in listens from "up" on
+        # found serving by a poll after it came up: within the 1 s poll interval
+        assert served - 0.1 <= srv.start_s <= served + 1.5
+        assert srv.start_s < 3
+    finally:
+        srv.__exit__()
+
+
+def test_the_start_timeout_counts_from_the_launch(tmp_path):
+    # a start-up that hangs; the caller comes to wait_ready() after its timeout
+    srv = _server(tmp_path, start_timeout=3, FAKE_START_S="60")
+    srv.launch()
+    try:
+        time.sleep(4)
+        t0 = time.time()
+        with pytest.raises(TimeoutError, match="not ready in 3s"):
+            srv.wait_ready()
+        # the timeout had passed already: no further wait, so a server
+        # launched early cannot hold the run past its deadline
+        assert time.time() - t0 < 1
+        assert srv.start_s is None
+    finally:
+        srv.__exit__()
