@@ -46,9 +46,10 @@ def parse_variant(spec):
 # CUDA-graph capture); by default all write under $HOME. The work dir is in
 # /tmp on the GPU machine, which a warm machine keeps between calls, so a
 # later call's servers find them there. Every build of a call shares them,
-# but tvm-ffi's cache key and flashinfer's build file hold the paths of the
-# site a kernel was built from, so each build (its own site) compiles again
-# (results/2026-11-27-h100x2-probes/README.md).
+# but tvm-ffi's cache key and flashinfer's build file hold the resolved paths
+# of the sources a kernel was built from (results/2026-11-27-h100x2-probes/
+# README.md): lib.sh's share_site links every derived site's kernel sources
+# to the base site's, so the builds compile each kernel once.
 JIT_CACHE_VARS = {"FLASHINFER_WORKSPACE_BASE": "flashinfer", "TRITON_CACHE_DIR": "triton",
                   "TVM_FFI_CACHE_DIR": "tvm-ffi"}
 

@@ -83,7 +83,7 @@ for v in ${VARIANTS//,/ }; do
   esac
 done
 if [ -n "$ADDON" ]; then
-  addon_install "$ADDON" /tmp/sb /tmp/sp /tmp/su || exit 3
+  addon_install "$ADDON" /tmp/sb /tmp/sp /tmp/sp-[0-9]* /tmp/su || exit 3
 fi
 # INSTALL_ONLY=1: only put the sites on the machine (the other kit comes in
 # the next call, as both kits together exceed what one call can send)

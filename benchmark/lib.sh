@@ -39,7 +39,33 @@ patched_site() {  # patched_site BASE SITE [NNNN]: a copy of BASE with the serie
   rm -rf "$site" && cp -a "$base" "$site" || return 1
   PYTHONPATH=python python3 -m sglpatch apply ${through:+--through "$through"} \
     --sglang-dir "$site/sglang" >> "$OUT/${LOG_NAME:-device.log}" 2>&1 || return 1
+  share_site "$base" "$site" || return 1  # after the series: it must write its own files
   touch "$site/.series-applied"; log "$site: series applied${through:+ through $through}"
+}
+
+share_site() {  # share_site FROM SITE: SITE's packages other than sglang, and sglang's
+  # JIT kernel sources where SITE's equal FROM's, become links to FROM's files.
+  # flashinfer and tvm-ffi key their compile caches by the resolved paths of the
+  # sources (benchmark/results/2026-11-27-h100x2-probes/README.md): with every
+  # build's kernels at one path, a call compiles each kernel once, not once a build.
+  local from=$1 site=$2 entry name real
+  for entry in "$site"/*; do  # links an upgrade of FROM (addon_install) left dangling
+    [ -L "$entry" ] && [ ! -e "$entry" ] && { rm -f "$entry" || return 1; }
+  done
+  for entry in "$from"/*/; do
+    name=$(basename "$entry")
+    [ "$name" = sglang ] && continue
+    real=$(realpath "$entry") || return 1
+    [ "$(realpath -q "$site/$name")" = "$real" ] && continue
+    rm -rf "${site:?}/$name" && ln -s "$real" "$site/$name" || return 1
+  done
+  echo "$from" > "$site/.shared-from"
+  real=$(realpath -q "$from/sglang/jit_kernel") || return 0
+  [ -d "$site/sglang/jit_kernel" ] || return 0
+  [ "$(realpath "$site/sglang/jit_kernel")" = "$real" ] && return 0
+  # a series that changed them keeps its own copy
+  diff -rq "$real" "$site/sglang/jit_kernel" > /dev/null 2>&1 || return 0
+  rm -rf "$site/sglang/jit_kernel" && ln -s "$real" "$site/sglang/jit_kernel"
 }
 
 addon_install() {  # addon_install ADDON SITE...: an add-on kit's wheels over each site, once
@@ -55,6 +81,13 @@ addon_install() {  # addon_install ADDON SITE...: an add-on kit's wheels over ea
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
       --upgrade --target "$site" "$addon"/w/*.whl || return 1
     touch "$site/.addon-$name"; log "installed $addon into $site"
+  done
+  # pip leaves a linked package as it is (share_site): the site then sees
+  # FROM's upgrade through the link, and its links to what the upgrade
+  # renamed (a dist-info) are made anew
+  for site in "$@"; do
+    [ -f "$site/.shared-from" ] || continue
+    share_site "$(cat "$site/.shared-from")" "$site" || return 1
   done
 }
 
@@ -73,6 +106,7 @@ probe_site() {  # probe_site SITE COPY: a hard-linked copy of SITE with the proj
   fi
   [ $same = 1 ] && { log "reuse $copy"; return 0; }
   rm -rf "$copy" && cp -al "$site" "$copy" || return 1
+  share_site "$site" "$copy" || return 1  # the copy's kernels compile where the site's do
   for f in $PROBE_FILES; do cp "benchmark/probes/$f" "$copy/" || return 1; done
 }
 

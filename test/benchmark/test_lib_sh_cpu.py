@@ -85,7 +85,8 @@ def test_probe_site_is_a_linked_copy_with_the_probes_beside_it(tmp_path):
     res = sh(f"probe_site {tmp_path}/site {tmp_path}/copy", tmp_path)
     assert res.returncode == 0, res.stdout + res.stderr
     copy = tmp_path / "copy"
-    assert sorted(p.name for p in copy.iterdir()) == ["host_time.py", "sglang", "sitecustomize.py", "startup_stacks.py"]
+    assert sorted(p.name for p in copy.iterdir()) == [
+        ".shared-from", "host_time.py", "sglang", "sitecustomize.py", "startup_stacks.py"]
     # the site's files are shared, not copied; the site itself gets no probe
     assert (copy / "sglang" / "x.py").stat().st_ino == (tmp_path / "site" / "sglang" / "x.py").stat().st_ino
     assert not (tmp_path / "site" / "sitecustomize.py").exists()
@@ -114,3 +115,79 @@ def test_probe_site_keeps_an_earlier_copy_only_while_it_matches(tmp_path):
     os.replace(tmp_path / "site" / ".kit-installed.new", tmp_path / "site" / ".kit-installed")
     res = sh(f"probe_site {tmp_path}/site {tmp_path}/copy", tmp_path)
     assert res.returncode == 0 and "reuse" not in res.stdout and not mark.exists()
+
+
+def fake_base_site(root):
+    """A base site as kit_install leaves it: sglang with its JIT kernel
+    sources, another package and its dist-info, the kit's marker."""
+    (root / "sglang" / "jit_kernel" / "include").mkdir(parents=True)
+    (root / "sglang" / "jit_kernel" / "include" / "k.h").write_text("// kernel\n")
+    (root / "sglang" / "x.py").write_text("x = 1\n")
+    (root / "flashinfer").mkdir()
+    (root / "flashinfer" / "__init__.py").write_text("")
+    (root / "flashinfer_python-0.6.11.post1.dist-info").mkdir()
+    (root / ".kit-installed").write_text("")
+    return root
+
+
+def test_patched_site_shares_every_package_but_sglang_with_the_base(tmp_path):
+    """The JIT compilers key their caches by resolved source paths: a patched
+    site's flashinfer and sglang/jit_kernel resolve to the base's, its
+    sglang (which the series changes) is its own."""
+    stub = recording_python3(tmp_path, "$*")
+    base = fake_base_site(tmp_path / "base")
+    res = sh(f"patched_site {base} {tmp_path}/sp", tmp_path, stub)
+    assert res.returncode == 0, res.stdout + res.stderr
+    sp = tmp_path / "sp"
+    for name in ("flashinfer", "flashinfer_python-0.6.11.post1.dist-info"):
+        assert (sp / name).is_symlink() and (sp / name).resolve() == (base / name).resolve()
+    assert (sp / "sglang" / "jit_kernel").resolve() == (base / "sglang" / "jit_kernel").resolve()
+    assert not (sp / "sglang").is_symlink() and (sp / "sglang" / "x.py").read_text() == "x = 1\n"
+    assert (sp / "sglang" / "x.py").stat().st_ino != (base / "sglang" / "x.py").stat().st_ino
+    # a probe copy of either site resolves to the same files
+    res = sh(f"probe_site {base} {tmp_path}/sb-probe && probe_site {sp} {tmp_path}/sp-probe",
+             tmp_path)
+    assert res.returncode == 0, res.stdout + res.stderr
+    for copy in ("sb-probe", "sp-probe"):
+        for rel in ("flashinfer", "sglang/jit_kernel"):
+            assert (tmp_path / copy / rel).resolve() == (base / rel).resolve(), (copy, rel)
+    assert (tmp_path / "sp-probe" / "sglang" / "x.py").stat().st_ino == (sp / "sglang" / "x.py").stat().st_ino
+
+
+def test_patched_site_keeps_jit_kernel_sources_the_series_changed(tmp_path):
+    # a stand-in for the tool that changes a JIT kernel header of the site
+    stub = tmp_path / "bin"
+    stub.mkdir()
+    (stub / "python3").write_text(
+        '#!/bin/bash\nfor a; do d=$a; done\necho "// patched" >> "$d/jit_kernel/include/k.h"\n')
+    (stub / "python3").chmod(0o755)
+    base = fake_base_site(tmp_path / "base")
+    res = sh(f"patched_site {base} {tmp_path}/sp", tmp_path, stub)
+    assert res.returncode == 0, res.stdout + res.stderr
+    jit = tmp_path / "sp" / "sglang" / "jit_kernel"
+    assert not jit.is_symlink() and (jit / "include" / "k.h").read_text() == "// kernel\n// patched\n"
+    assert (base / "sglang" / "jit_kernel" / "include" / "k.h").read_text() == "// kernel\n"
+
+
+def test_addon_install_relinks_what_the_base_upgrade_renamed(tmp_path):
+    """An add-on upgrades the base; a shared site sees it through its links,
+    and its link to the dist-info the upgrade replaced is made anew."""
+    base = fake_base_site(tmp_path / "base")
+    res = sh(f"patched_site {base} {tmp_path}/sp", tmp_path, recording_python3(tmp_path, "$*"))
+    assert res.returncode == 0, res.stdout + res.stderr
+    # a stand-in pip: in the base, the package's dist-info of another version
+    stub = tmp_path / "pipbin"
+    stub.mkdir()
+    (stub / "python3").write_text(
+        f'#!/bin/bash\ncase "$*" in *"--target {base} "*)\n'
+        f'  rm -rf {base}/flashinfer_python-0.6.11.post1.dist-info\n'
+        f'  mkdir {base}/flashinfer_python-0.6.12.dist-info ;;\nesac\n')
+    (stub / "python3").chmod(0o755)
+    (tmp_path / "addon" / "w").mkdir(parents=True)
+    (tmp_path / "addon" / "w" / "flashinfer_python-0.6.12-py3-none-any.whl").write_text("")
+    res = sh(f"addon_install {tmp_path}/addon {base} {tmp_path}/sp", tmp_path, stub)
+    assert res.returncode == 0, res.stdout + res.stderr
+    sp = tmp_path / "sp"
+    assert not os.path.lexists(sp / "flashinfer_python-0.6.11.post1.dist-info")
+    assert (sp / "flashinfer_python-0.6.12.dist-info").resolve() == (
+        base / "flashinfer_python-0.6.12.dist-info").resolve()
