@@ -54,7 +54,9 @@ share_site() {  # share_site FROM SITE: SITE's packages other than sglang, and s
   done
   for entry in "$from"/*/; do
     name=$(basename "$entry")
-    [ "$name" = sglang ] && continue
+    # sglang and its dist-info are the site's own: the series changes the
+    # package, and sglpatch keeps pip's RECORD in the dist-info true to it
+    case $name in sglang|sglang-[0-9]*.dist-info) continue ;; esac
     real=$(realpath "$entry") || return 1
     [ "$(realpath -q "$site/$name")" = "$real" ] && continue
     rm -rf "${site:?}/$name" && ln -s "$real" "$site/$name" || return 1

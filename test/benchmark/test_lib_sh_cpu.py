@@ -126,6 +126,8 @@ def fake_base_site(root):
     (root / "flashinfer").mkdir()
     (root / "flashinfer" / "__init__.py").write_text("")
     (root / "flashinfer_python-0.6.11.post1.dist-info").mkdir()
+    (root / "sglang-0.5.12.post1.dist-info").mkdir()
+    (root / "sglang-0.5.12.post1.dist-info" / "RECORD").write_text("sglang/x.py,,\n")
     (root / ".kit-installed").write_text("")
     return root
 
@@ -144,6 +146,9 @@ def test_patched_site_shares_every_package_but_sglang_with_the_base(tmp_path):
     assert (sp / "sglang" / "jit_kernel").resolve() == (base / "sglang" / "jit_kernel").resolve()
     assert not (sp / "sglang").is_symlink() and (sp / "sglang" / "x.py").read_text() == "x = 1\n"
     assert (sp / "sglang" / "x.py").stat().st_ino != (base / "sglang" / "x.py").stat().st_ino
+    # sglpatch keeps pip's RECORD in sglang's dist-info true to the site's files
+    record = sp / "sglang-0.5.12.post1.dist-info" / "RECORD"
+    assert not record.parent.is_symlink() and record.read_text() == "sglang/x.py,,\n"
     # a probe copy of either site resolves to the same files
     res = sh(f"probe_site {base} {tmp_path}/sb-probe && probe_site {sp} {tmp_path}/sp-probe",
              tmp_path)
