@@ -8,16 +8,11 @@ import os
 import re
 from datetime import datetime
 
+from test_readme_claims import flat  # test/docs is no package: pytest puts it on the path
+
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PROBES = os.path.join(REPO, "benchmark", "results", "2026-11-27-h100x2-probes")
 BUILDS = ("base", "patched-through-0008", "patched")
-
-
-def flat(path):
-    """A repository file (path relative to REPO) with its whitespace folded,
-    so a sentence matches across line breaks."""
-    with open(os.path.join(REPO, path)) as fh:
-        return " ".join(fh.read().split())
 
 
 def bench_readme():
