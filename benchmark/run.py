@@ -405,7 +405,7 @@ def serve_group(st, a, group, target, draft, vocab):
             m.srv.wait_ready()
             start = {"setting": m.tag, "start_s": round(m.srv.start_s, 1),
                      "side_by_side": len(group)}
-            if getattr(m.srv, "adopted", False):
+            if m.srv.adopted:
                 start["reused"] = True  # started by an earlier run: start_s is that start's
             if m.srv.cpus:
                 start["cpus"] = cpu_list(m.srv.cpus)
@@ -545,11 +545,12 @@ CAPTURE_DONE = ("Capture cuda graph end", "The server is fired up")
 def start_gate(st, a, m):
     """Side by side, the next server starts once server m has captured its
     CUDA graphs (or serves, or has failed). The capture's first batch size
-    does work once per process that is quick alone and slow beside another
-    server's: on an H100 x4, TP=4 servers whose first sizes ran at the same
-    time took 195 to 399 s for it, where the one that began before the
-    others got going took 2 s (benchmark/results/2026-11-27-h100x4-probes/).
-    The model's imports, most of the rest of a start, still overlap.
+    is where a fresh server JIT-compiles its kernels (flashinfer, sglang's
+    tvm-ffi modules: benchmark/results/2026-11-27-h100x2-probes/); servers
+    doing it at the same time took 195 to 399 s for it on an H100 x4
+    (2026-11-27-h100x4-probes/), one after another 67 to 79 s each on an
+    H100 x2, and a later server finds the kernels the first one compiled
+    (lib.sh, share_site). The model's imports still overlap.
     --start-together starts them all at once, 3 s apart (no two start-ups
     pick ports in the same instant)."""
     t0 = time.time()

@@ -163,6 +163,7 @@ class Server:
         self.proc = None
         self.log = None
         self.start_s = None
+        self.adopted = False  # launched by an earlier run (adopt)
 
     def __enter__(self):
         self.launch()
@@ -244,7 +245,7 @@ class Server:
         its launch until it first did (an adopted server keeps the start
         time of the run that launched it). Raises what the readiness poll
         met: the server exited (with its log's tail), or the timeout."""
-        if getattr(self, "adopted", False):
+        if self.adopted:
             self._wait_ready()  # still serving? its start was another run's
             return self
         self._ready.wait()
