@@ -884,17 +884,25 @@ def test_h100x4_startup_claim():
     assert sorted(v[-2:] for k, v in began.items() if k.startswith("call2/")) == ["04", "05", "12"]
 
 
-def test_shm_broadcast_candidate_page_matches_its_results():
-    page = flat("docs/patches/0009-shm-request-broadcast.md")
-    data = load("2026-11-27-h100x4-tp4-shm-candidate")
-    assert "2026-11-27-h100x4-tp4-shm-candidate.md" in page and "NVIDIA H100 ×4" in page
-    assert data["card"].startswith("NVIDIA H100") and {r["tp"] for r in data["runs"]} == {4}
+def checked_shm_file(stem, tp):
+    """A results file of patch 0009's runs, after checking what every claim
+    on it rests on: an H100 card, the TP, the two patched builds' start
+    lines, one greedy digest and no prompt off the chain."""
+    data = load(stem)
+    assert data["card"].startswith("NVIDIA H100") and {r["tp"] for r in data["runs"]} == {tp}
     starts = {x["setting"].split("-triton")[0]: x.get("sglpatch_line", "")
               for x in data["server_starts"]}
     assert starts["patched"].startswith("patches 0001-0009")
     assert starts["patched-through-0008"].startswith("patches 0001-0008")
     assert len({g["sha256"] for g in data["greedy_runs"]}) == 1
     assert all(g["prompts_off_constructed_f"] == 0 for g in data["greedy_runs"])
+    return data
+
+
+def test_shm_broadcast_candidate_page_matches_its_results():
+    page = flat("docs/patches/0009-shm-request-broadcast.md")
+    data = checked_shm_file("2026-11-27-h100x4-tp4-shm-candidate", 4)
+    assert "2026-11-27-h100x4-tp4-shm-candidate.md" in page and "NVIDIA H100 ×4" in page
     cells = {(e["variant"], e["concurrency"]): e["ratios"] for e in report.results.paired_ratios(data)}
     for variant in ("patched", "patched-through-0008"):
         row = " | ".join(" / ".join(f"{x:.2f}" for x in cells[(variant, c)]) if (variant, c) in cells
@@ -915,15 +923,8 @@ def shm_tp2_cells():
     """The TP=2 call of patch 0009: each build's paired cells by
     (variant, concurrency), after checking what the page says of the file
     as a whole (card, TP, builds, greedy digests, kept servers)."""
-    data = load(TP2_SHM)
-    assert data["card"].startswith("NVIDIA H100") and {r["tp"] for r in data["runs"]} == {2}
-    starts = {x["setting"].split("-triton")[0]: x.get("sglpatch_line", "")
-              for x in data["server_starts"]}
-    assert starts["patched"].startswith("patches 0001-0009")
-    assert starts["patched-through-0008"].startswith("patches 0001-0008")
-    greedy = data["greedy_runs"]
-    assert len(greedy) == 9 and len({g["sha256"] for g in greedy}) == 1  # "all nine servers"
-    assert all(g["prompts_off_constructed_f"] == 0 for g in greedy)
+    data = checked_shm_file(TP2_SHM, 2)
+    assert len(data["greedy_runs"]) == 9  # one digest for "all nine servers"
     # calls 2 and 3 measured the servers call 1 started
     reused = {x["call"]: x.get("reused", False) for x in data["server_starts"]}
     assert reused == {"call 1": False, "call 2": True, "call 3": True}
@@ -976,9 +977,7 @@ def test_readme_tensor_parallel_0009_rows_match_their_results():
     geometric mean and repeats below 1.00, TP=2 and TP=4."""
     text = readme()
     for stem, tp in ((TP2_SHM, 2), ("2026-11-27-h100x4-tp4-shm-candidate", 4)):
-        data = load(stem)
-        assert data["card"].startswith("NVIDIA H100") and {r["tp"] for r in data["runs"]} == {tp}
-        assert len({g["sha256"] for g in data["greedy_runs"]}) == 1  # "the same on every server"
+        data = checked_shm_file(stem, tp)  # one digest: "the same on every server"
         cells = {(e["variant"], e["concurrency"]): e for e in report.results.paired_ratios(data)}
         for variant, build in (("patched", "0001-0009"), ("patched-through-0008", "0001-0008")):
             shown = []
