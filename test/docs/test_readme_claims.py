@@ -1017,6 +1017,9 @@ def test_readme_tensor_parallel_0009_rows_match_their_results():
             row = (f"| [{stem}](benchmark/results/{stem}.md) | {tp} | {build} | "
                    f"{' | '.join(shown)} |")
             assert row in text, row
+    # "the same on every server of all three files": one digest across them
+    assert len({g["sha256"] for stem, _, _ in files for g in load(stem)["greedy_runs"]}) == 1
+    assert "Greedy EAGLE3 output is the same on every server of all three files." in text
 
 
 def test_architecture_tp_item_names_0009s_counts():
