@@ -8,10 +8,9 @@ import os
 import re
 from datetime import datetime
 
-from test_readme_claims import flat  # test/docs is no package: pytest puts it on the path
+from test_readme_claims import RESULTS, flat  # test/docs is no package: pytest puts it on the path
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-PROBES = os.path.join(REPO, "benchmark", "results", "2026-11-27-h100x2-probes")
+PROBES = os.path.join(RESULTS, "2026-11-27-h100x2-probes")
 BUILDS = ("base", "patched-through-0008", "patched")
 
 
