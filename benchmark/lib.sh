@@ -70,6 +70,19 @@ share_site() {  # share_site FROM SITE: SITE's packages other than sglang, and s
   rm -rf "$site/sglang/jit_kernel" && ln -s "$real" "$site/sglang/jit_kernel"
 }
 
+addon_fits() {  # addon_fits ADDON SITE: each add-on wheel's package is in SITE at the
+  # wheel's version (else ADDON_MISFIT says which is not)
+  local whl dist version have
+  for whl in "$1"/w/*.whl; do
+    whl=$(basename "$whl"); dist=${whl%%-*}; version=${whl#*-}; version=${version%%-*}
+    have=$(cd "$2" && ls -d "$dist"-*.dist-info 2>/dev/null | head -1)
+    have=${have#"$dist"-}; have=${have%.dist-info}
+    [ "$have" = "$version" ] && continue
+    ADDON_MISFIT="$dist ${have:-missing} there, $version in the add-on"
+    return 1
+  done
+}
+
 addon_install() {  # addon_install ADDON SITE...: an add-on kit's wheels over each site, once
   # (e.g. .kitfa3, build-kit.sh fa3: too big to travel beside the kit, so it
   # comes in a later call onto the same warm machine and replaces the slim
@@ -80,13 +93,15 @@ addon_install() {  # addon_install ADDON SITE...: an add-on kit's wheels over ea
   for site in "$@"; do
     [ -d "$site" ] || continue
     [ -f "$site/.addon-$name" ] && { log "reuse $name in $site"; continue; }
+    # an add-on replaces a package by the same version only: each sglang pins
+    # its own sgl-kernel (.kitfa3 serves 0.5.12.post1, .kitfa3-13 0.5.13)
+    addon_fits "$addon" "$site" || { log "skip $name for $site: $ADDON_MISFIT"; continue; }
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
       --upgrade --target "$site" "$addon"/w/*.whl || return 1
     touch "$site/.addon-$name"; log "installed $addon into $site"
   done
-  # pip leaves a linked package as it is (share_site): the site then sees
-  # FROM's upgrade through the link, and its links to what the upgrade
-  # renamed (a dist-info) are made anew
+  # a shared site (share_site) sees FROM's upgrade through its links; a
+  # package pip wrote into the site itself becomes a link to FROM's again
   for site in "$@"; do
     [ -f "$site/.shared-from" ] || continue
     share_site "$(cat "$site/.shared-from")" "$site" || return 1

@@ -6,16 +6,21 @@
 #   WHEEL_LIST defaults to wheels-0.5.12.post1.txt beside this script;
 #   OUT_DIR defaults to ./.kit/w (git-ignored; it travels to the GPU machine beside the repository).
 # Downloads are cached in /tmp/sglang-kit-cache, so a rebuild takes seconds.
-#   build-kit.sh fa3 [OUT_DIR]  builds the FA3 add-on instead (default OUT_DIR .kitfa3/w): the
-#   sglang_kernel wheel with flash_ops kept for head dim ${FA3_HDIM:-128} (~56 MB). It does not fit
-#   beside the kit in one transfer: send .kit in one call, then .kitfa3 in the next call onto the same
-#   machine and `pip install --no-index --no-deps --upgrade --target SITE .kitfa3/w/*.whl` into each site.
+#   build-kit.sh fa3 [OUT_DIR [WHEEL_LIST]]  builds the FA3 add-on instead (default OUT_DIR
+#   .kitfa3/w): the sglang_kernel wheel of WHEEL_LIST (default wheels-0.5.12.post1.txt) with
+#   flash_ops kept for head dim ${FA3_HDIM:-128} (~56 MB). It does not fit beside the kit in one
+#   transfer: send .kit in one call, then .kitfa3 in the next call onto the same machine and
+#   `pip install --no-index --no-deps --upgrade --target SITE .kitfa3/w/*.whl` into each site
+#   whose sglang_kernel has the add-on's version (lib.sh addon_install).
+#   Upstream 0.5.13 pins another sglang_kernel, so it has an add-on of its own:
+#   build-kit.sh fa3 .kitfa3-13/w benchmark/kit/wheels-0.5.13.txt
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 FA3=
 if [ "${1:-}" = fa3 ]; then
   FA3="--fa3-hdim ${FA3_HDIM:-128}"; OUT=${2:-.kitfa3/w}
-  LIST=$(mktemp); grep '^sglang_kernel==' "$HERE/wheels-0.5.12.post1.txt" > "$LIST"
+  LIST=$(mktemp); grep '^sglang_kernel==' "${3:-$HERE/wheels-0.5.12.post1.txt}" > "$LIST" || {
+    echo "build-kit: no sglang_kernel line in ${3:-$HERE/wheels-0.5.12.post1.txt}" >&2; exit 1; }
 else
   LIST=${1:-$HERE/wheels-0.5.12.post1.txt}
   OUT=${2:-.kit/w}

@@ -57,7 +57,7 @@ def test_addon_install_goes_over_each_installed_site_once(tmp_path):
     (tmp_path / "kitfa3" / "w").mkdir(parents=True)
     (tmp_path / "kitfa3" / "w" / "sglang_kernel-0.4.2.post2-cp310-abi3-x.whl").write_text("")
     for site in ("sb", "sp"):
-        (tmp_path / site).mkdir()
+        (tmp_path / site / "sglang_kernel-0.4.2.post2.dist-info").mkdir(parents=True)
     sites = f"{tmp_path}/sb {tmp_path}/sp {tmp_path}/su"  # su: not installed, skipped
     res = sh(f"addon_install {tmp_path}/kitfa3 {sites} && addon_install {tmp_path}/kitfa3 {sites}",
              tmp_path, stub)
@@ -174,25 +174,44 @@ def test_patched_site_keeps_jit_kernel_sources_the_series_changed(tmp_path):
     assert (base / "sglang" / "jit_kernel" / "include" / "k.h").read_text() == "// kernel\n"
 
 
-def test_addon_install_relinks_what_the_base_upgrade_renamed(tmp_path):
-    """An add-on upgrades the base; a shared site sees it through its links,
-    and its link to the dist-info the upgrade replaced is made anew."""
+def test_addon_install_skips_a_site_whose_package_has_another_version(tmp_path):
+    """Each sglang pins its own sgl-kernel: the 0.5.12.post1 add-on must not
+    downgrade upstream 0.5.13's site (nor a site lacking the package)."""
+    stub = recording_python3(tmp_path, "$*")
+    (tmp_path / "kitfa3" / "w").mkdir(parents=True)
+    (tmp_path / "kitfa3" / "w" / "sglang_kernel-0.4.2.post2-cp310-abi3-x.whl").write_text("")
+    (tmp_path / "sb" / "sglang_kernel-0.4.2.post2.dist-info").mkdir(parents=True)
+    (tmp_path / "su" / "sglang_kernel-0.4.3.dist-info").mkdir(parents=True)
+    (tmp_path / "bare").mkdir()
+    res = sh(f"addon_install {tmp_path}/kitfa3 {tmp_path}/sb {tmp_path}/su {tmp_path}/bare",
+             tmp_path, stub)
+    assert res.returncode == 0, res.stdout + res.stderr
+    calls = (tmp_path / "calls").read_text().splitlines()
+    assert [c.split("--target ")[1].split()[0] for c in calls] == [f"{tmp_path}/sb"]
+    assert f"skip kitfa3 for {tmp_path}/su: sglang_kernel 0.4.3 there, 0.4.2.post2 in the add-on" in res.stdout
+    assert f"skip kitfa3 for {tmp_path}/bare: sglang_kernel missing there" in res.stdout
+    assert not (tmp_path / "su" / ".addon-kitfa3").exists()
+
+
+def test_addon_install_links_again_what_pip_replaced_in_a_shared_site(tmp_path):
+    """An add-on upgrades the base; where pip replaced a shared site's link
+    by a copy of its own, the link to the base's package is made anew (the
+    JIT caches key by resolved paths)."""
     base = fake_base_site(tmp_path / "base")
     res = sh(f"patched_site {base} {tmp_path}/sp", tmp_path, recording_python3(tmp_path, "$*"))
     assert res.returncode == 0, res.stdout + res.stderr
-    # a stand-in pip: in the base, the package's dist-info of another version
+    sp = tmp_path / "sp"
+    # a stand-in pip that, in the shared site, writes the package as a folder of its own
     stub = tmp_path / "pipbin"
     stub.mkdir()
     (stub / "python3").write_text(
-        f'#!/bin/bash\ncase "$*" in *"--target {base} "*)\n'
-        f'  rm -rf {base}/flashinfer_python-0.6.11.post1.dist-info\n'
-        f'  mkdir {base}/flashinfer_python-0.6.12.dist-info ;;\nesac\n')
+        f'#!/bin/bash\ncase "$*" in *"--target {sp} "*)\n'
+        f'  rm -f {sp}/flashinfer && mkdir {sp}/flashinfer ;;\nesac\n')
     (stub / "python3").chmod(0o755)
     (tmp_path / "addon" / "w").mkdir(parents=True)
-    (tmp_path / "addon" / "w" / "flashinfer_python-0.6.12-py3-none-any.whl").write_text("")
-    res = sh(f"addon_install {tmp_path}/addon {base} {tmp_path}/sp", tmp_path, stub)
+    (tmp_path / "addon" / "w" / "flashinfer_python-0.6.11.post1-py3-none-any.whl").write_text("")
+    res = sh(f"addon_install {tmp_path}/addon {base} {sp}", tmp_path, stub)
     assert res.returncode == 0, res.stdout + res.stderr
-    sp = tmp_path / "sp"
-    assert not os.path.lexists(sp / "flashinfer_python-0.6.11.post1.dist-info")
-    assert (sp / "flashinfer_python-0.6.12.dist-info").resolve() == (
-        base / "flashinfer_python-0.6.12.dist-info").resolve()
+    assert (sp / ".addon-addon").exists()
+    assert (sp / "flashinfer").is_symlink()
+    assert (sp / "flashinfer").resolve() == (base / "flashinfer").resolve()
