@@ -141,31 +141,51 @@ def turn_cell(entry):
                       for t in (turn["base_first"], turn["base_last"]))
 
 
+UPSTREAM = "upstream-0.5.13"
+
+
+def paired_rows(pairs, turns):
+    return [[setting(e), e["concurrency"], " / ".join(f"{x:.2f}" for x in e["ratios"]),
+             e["median"], f"{e['below_1']} of {len(e['ratios'])}", interval_cell(e),
+             e["repeats_for_3pct"], e["paired_by"]] + ([turn_cell(e)] if turns else [])
+            for e in sorted(pairs, key=point_order)]
+
+
+def paired_header(reference, turns):
+    return ["setting", "c", f"TPOT / {reference}'s, per repeat", "median", "below 1.00",
+            "geo mean [90% interval]", "repeats for ±3%", "paired by"] + (
+                ["geo mean, base first / base last (repeats)"] if turns else [])
+
+
 def paired_section(data):
-    """Side by side only: each build over base in the same repeat."""
+    """Side by side only: each build over base in the same repeat, and, where
+    upstream 0.5.13 ran beside them, each patched build over upstream's."""
     if not (data.get("bench") or {}).get("side_by_side"):
         return []
     pairs = results.paired_ratios(data)
     if not pairs:
         return []
     turns = any("by_turn" in e for e in pairs)
-    rows = [[setting(e), e["concurrency"], " / ".join(f"{x:.2f}" for x in e["ratios"]),
-             e["median"], f"{e['below_1']} of {len(e['ratios'])}", interval_cell(e),
-             e["repeats_for_3pct"], e["paired_by"]] + ([turn_cell(e)] if turns else [])
-            for e in sorted(pairs, key=point_order)]
-    header = ["setting", "c", "TPOT / base's, per repeat", "median", "below 1.00",
-              "geo mean [90% interval]", "repeats for ±3%", "paired by"] + (
-                  ["geo mean, base first / base last (repeats)"] if turns else [])
-    return ["## Paired repeats", "",
-            "Each build's TPOT over base's in the same repeat: the servers ran side by side "
-            "and were measured in turn, so a repeat's pair shares the machine's moment. "
-            "Paired by repeat number, or by position in files that predate it. The 90% "
-            "interval (Student t on the log ratios) and the repeats that would narrow it to "
-            "±3% describe the scatter within this call only; calls and machines differ by "
-            "more." + (" Where the servers' turn alternates (base measured first in even "
-                       "repeats, last in odd ones), the last column splits the ratios by "
-                       "it: a ratio that moves with the turn is partly the turn's." if turns else ""), "",
-            table(header, rows)]
+    out = ["## Paired repeats", "",
+           "Each build's TPOT over base's in the same repeat: the servers ran side by side "
+           "and were measured in turn, so a repeat's pair shares the machine's moment. "
+           "Paired by repeat number, or by position in files that predate it. The 90% "
+           "interval (Student t on the log ratios) and the repeats that would narrow it to "
+           "±3% describe the scatter within this call only; calls and machines differ by "
+           "more." + (" Where the servers' turn alternates (base measured first in even "
+                      "repeats, last in odd ones), the last column splits the ratios by "
+                      "it: a ratio that moves with the turn is partly the turn's." if turns else ""), "",
+           table(paired_header("base", turns), paired_rows(pairs, turns))]
+    # the turn split is base's (listed first), so it is left out here
+    upstream = [e for e in results.paired_ratios(data, base=UPSTREAM)
+                if e["variant"].startswith("patched")]
+    if upstream:
+        out += ["", "### Patched over upstream 0.5.13", "",
+                "The same pairing with upstream sglang 0.5.13's server, measured in the same "
+                "repeats, in place of base: below 1.00 the patched build decoded faster than "
+                "upstream's.", "",
+                table(paired_header("upstream 0.5.13", False), paired_rows(upstream, False))]
+    return out
 
 
 PROFILE_COLUMNS = (
@@ -177,20 +197,54 @@ PROFILE_COLUMNS = (
 )
 
 
+def idle_share(p):
+    """The GPU's idle time as a share of the forward's window, in percent."""
+    window, idle = p.get("window_us_per_step"), p.get("gpu_idle_us_per_step")
+    return round(100 * idle / window, 1) if window and idle is not None else None
+
+
+# how many of a stack trace's frames "Where the GPU waited" lists
+WAIT_FRAMES = 8
+
+
 def profiles_section(data):
     rows = []
     for p in data["profiles"]:
         kind = "stack" if p.get("with_stack") else "gpu"
         gaps = (p.get("idle_gaps") or {}).get(">=50us", {}).get("idle_us_per_step")
         rows.append([setting(p), kind] + [p.get(k) for _, k in PROFILE_COLUMNS[:7]]
-                    + [gaps] + [p.get(k) for _, k in PROFILE_COLUMNS[7:]])
+                    + [idle_share(p), gaps] + [p.get(k) for _, k in PROFILE_COLUMNS[7:]])
     header = (["setting", "trace"] + [h for h, _ in PROFILE_COLUMNS[:7]]
-              + ["idle in gaps ≥ 50 µs"] + [h for h, _ in PROFILE_COLUMNS[7:]])
-    return ["## Profiles", "",
-            "Per decode forward, from torch-profiler traces (`trace_steps.py`); gpu = GPU "
-            "activity only, stack = with CPU ops and Python frames (slower host: read "
-            "shares, not times). Runtime calls, idle gaps and Python frames per trace are "
-            "in the JSON.", "", table(header, rows)]
+              + ["GPU idle %", "idle in gaps ≥ 50 µs"] + [h for h, _ in PROFILE_COLUMNS[7:]])
+    out = ["## Profiles", "",
+           "Per decode forward, from torch-profiler traces (`trace_steps.py`); gpu = GPU "
+           "activity only, stack = with CPU ops and Python frames (slower host: read "
+           "shares, not times). GPU idle % = GPU idle over the forward's window. Runtime "
+           "calls, idle gaps and Python frames per trace are in the JSON.", "",
+           table(header, rows)]
+    return out + waits_section(data["profiles"])
+
+
+def waits_section(profiles):
+    """Stack traces only: the frames the scheduler thread was in while the
+    GPU sat idle (trace_steps charges each idle gap to the innermost sglang
+    frame at its middle), the largest first."""
+    rows = []
+    for p in profiles:
+        frames = ((p.get("python") or {}).get("idle_us_per_step_by_frame") or {})
+        idle = p.get("gpu_idle_us_per_step")
+        ranked = sorted(frames.items(), key=lambda kv: -kv[1])[:WAIT_FRAMES]
+        rows += [[setting(p), p.get("concurrency"), p.get("rank"), frame, round(us, 1),
+                  round(100 * us / idle, 1) if idle else None] for frame, us in ranked]
+    if not rows:
+        return []
+    return ["", "### Where the GPU waited", "",
+            f"Stack traces: the {WAIT_FRAMES} frames of the scheduler thread that the most "
+            "GPU idle time per forward was charged to (each idle gap ≥ 20 µs goes to the "
+            "innermost sglang frame running at its middle; the profiler slows the host, so "
+            "read shares). The whole list is in the JSON.", "",
+            table(["setting", "c", "rank", "frame", "idle µs per forward",
+                   "share of GPU idle %"], rows)]
 
 
 FAULT_COLUMNS = (

@@ -102,3 +102,45 @@ def test_side_by_side_page_pairs_each_repeat_with_base():
     # measured one server at a time, repeats share no moment: no such section
     data["bench"]["side_by_side"] = False
     assert "## Paired repeats" not in report.render(data, "x.json")
+
+
+def test_page_pairs_patched_with_upstream_when_upstream_ran_beside_it():
+    data = {"card": "GPU", "date": "2026-11-27", "model_preset": "small",
+            "bench": {"side_by_side": True, "turn": "alternating"}, "greedy_equivalence": [],
+            "runs": [_point("base", [2.0, 2.0], [0, 1]), _point("patched", [1.8, 2.2], [0, 1]),
+                     _point("upstream-0.5.13", [2.0, 2.0], [0, 1])]}
+    section = report.render(data, "x.json").split("### Patched over upstream 0.5.13", 1)[1]
+    # patched / upstream per repeat: 0.90 and 1.10; base is not a row of this table
+    assert ("| patched EAGLE3 triton pcg tp2 | 8 | 0.90 / 1.10 | 1.0 | 1 of 2 ") in section
+    assert "| base " not in section and "base first / base last" not in section
+    # without an upstream server there is no such table
+    data["runs"] = data["runs"][:2]
+    assert "### Patched over upstream" not in report.render(data, "x.json")
+
+
+def _profile(variant, with_stack, frames=None):
+    p = {"variant": variant, "attention_backend": "default", "speculative": "EAGLE3",
+         "overlap": True, "piecewise_cuda_graph": True, "concurrency": 1, "tp": 1, "rank": 0,
+         "with_stack": with_stack, "steps": 30, "window_us_per_step": 4000.0,
+         "gpu_busy_us_per_step": 1000.0, "gpu_idle_us_per_step": 3000.0}
+    if frames is not None:
+        p["python"] = {"idle_us_per_step_by_frame": frames}
+    return p
+
+
+def test_profile_table_gives_idle_share_and_stack_traces_list_where_the_gpu_waited():
+    frames = {f"srt/f.py: frame{i}": 100.0 * i for i in range(1, 11)}  # frame10 largest
+    data = {"card": "GPU", "date": "2026-11-27", "model_preset": "small", "runs": [],
+            "greedy_equivalence": [],
+            "profiles": [_profile("base", False), _profile("patched", True, frames)]}
+    page = report.render(data, "x.json")
+    # idle 3000 of a 4000 us window
+    assert "| base EAGLE3 default pcg | gpu | 1 | 1 | 0 | 30 | 4000.0 | 1000.0 | 3000.0 | 75.0 |" in page
+    waits = page.split("### Where the GPU waited", 1)[1]
+    rows = [line for line in waits.splitlines() if line.startswith("| patched")]
+    assert len(rows) == report.WAIT_FRAMES
+    assert rows[0] == "| patched EAGLE3 default pcg | 1 | 0 | srt/f.py: frame10 | 1000.0 | 33.3 |"
+    assert rows[-1].startswith("| patched EAGLE3 default pcg | 1 | 0 | srt/f.py: frame3 | 300.0 |")
+    assert "| base " not in waits  # a GPU-only trace has no frames
+    data["profiles"] = data["profiles"][:1]
+    assert "### Where the GPU waited" not in report.render(data, "x.json")
