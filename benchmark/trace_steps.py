@@ -16,7 +16,9 @@ answers one question: is the step bound by the GPU or by the host?
   thread's Python frames.  Each GPU idle gap of >= 20 us is charged to the
   innermost sglang frame the scheduler was in at the middle of the gap, and
   to the scheduler-loop phase (the frame directly under `event_loop_*`)
-  around it: what the host was busy with while the GPU starved.  Python
+  around it, and to the speculative worker's phase (the frame directly
+  under its `forward_batch_generation`: draft, verify, draft extend):
+  what the host was busy with while the GPU starved.  Python
   tracing slows the host several-fold, so read these as shares, and take
   per-step times from a trace without it.
 
@@ -150,11 +152,23 @@ def loop_phase(stacks, chain):
     return None
 
 
+def spec_phase(stacks, chain):
+    """The frame directly under a speculative worker's
+    `forward_batch_generation` (its draft, verify or draft extend), if any."""
+    for child, parent in zip(chain, chain[1:]):
+        where, _, func = stacks.name(parent).partition(": ")
+        if func == "forward_batch_generation" and "/speculative/" in where:
+            return short_frame(stacks.name(child))
+    return None
+
+
 def charge_gaps(gaps, stacks, steps):
-    """Idle-gap time (>= GAP_CHARGED_US) by innermost sglang frame and by
-    scheduler-loop phase of the host thread at the middle of each gap."""
+    """Idle-gap time (>= GAP_CHARGED_US) by innermost sglang frame, by
+    scheduler-loop phase and by speculative-worker phase of the host thread
+    at the middle of each gap."""
     by_frame = collections.Counter()
     by_phase = collections.Counter()
+    by_spec = collections.Counter()
     for s, t in gaps:
         if t - s < GAP_CHARGED_US:
             continue
@@ -164,9 +178,11 @@ def charge_gaps(gaps, stacks, steps):
                       if is_sglang(stacks.name(j))), "(no sglang frame)")
         by_frame[frame] += t - s
         by_phase[loop_phase(stacks, chain) or "(outside the loop)"] += t - s
+        by_spec[spec_phase(stacks, chain) or "(outside a speculative forward)"] += t - s
     top = lambda c: {k: per_step(v, steps) for k, v in c.most_common(15)}  # noqa: E731
     return {"idle_us_per_step_by_frame": top(by_frame),
-            "idle_us_per_step_by_loop_phase": top(by_phase)}
+            "idle_us_per_step_by_loop_phase": top(by_phase),
+            "idle_us_per_step_by_spec_phase": top(by_spec)}
 
 
 def phase_times(stacks, steps):

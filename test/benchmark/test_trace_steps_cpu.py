@@ -86,6 +86,29 @@ def test_idle_gaps_are_charged_to_the_scheduler_frame_and_loop_phase():
         "srt/managers/scheduler.py: run_batch": 125}
 
 
+def test_idle_gaps_are_charged_to_the_speculative_workers_phase():
+    """A gap during the draft extend's eager forward goes to
+    _draft_extend_for_decode (the frame under forward_batch_generation),
+    whatever frame deeper down ran; one outside the worker to neither."""
+    worker = "/tmp/sp/sglang/srt/speculative/eagle_worker_v2.py"
+    ev = [gpu("verify", 0, 100), gpu("extend", 400, 100), gpu("draft", 700, 100),
+          x("cuda_runtime", "cudaLaunchKernel", 0, 5),
+          py(f"{SCHED}(1): event_loop_overlap", 0, 800),
+          py(f"{SCHED}(2): run_batch", 0, 600),
+          py(f"{worker}(10): forward_batch_generation", 0, 600),
+          py(f"{worker}(20): verify", 0, 150),
+          py(f"{worker}(30): _draft_extend_for_decode", 150, 450),
+          py("/tmp/sp/sglang/srt/layers/layernorm.py(5): forward_cuda", 200, 100),
+          py(f"{SCHED}(3): get_next_batch_to_run", 600, 200)]
+    p = trace_steps.summarize(ev, steps=1)["python"]
+    # gaps: 100-400 (middle 250: in layernorm under the draft extend),
+    # 500-700 (middle 600: the worker has returned; get_next_batch_to_run)
+    assert p["idle_us_per_step_by_spec_phase"] == {
+        "srt/speculative/eagle_worker_v2.py: _draft_extend_for_decode": 300,
+        "(outside a speculative forward)": 200}
+    assert p["idle_us_per_step_by_frame"]["srt/layers/layernorm.py: forward_cuda"] == 300
+
+
 def test_small_gaps_are_launch_latency_not_charged():
     ev = [gpu("a", 0, 100), gpu("b", 110, 100),  # a 10 us gap
           x("cuda_runtime", "cudaLaunchKernel", 0, 5),
