@@ -399,6 +399,35 @@ def ratio_table(paths, link_dir, concurrency=(1, 8, 32)):
     return table(["results", "piecewise CUDA graph"] + [f"c={c}" for c in concurrency], rows)
 
 
+def paired_cell(entry):
+    """"1.05 [0.89, 1.24] (7)": a paired point's geometric mean, its 90%
+    interval and how many paired repeats it has."""
+    lo_hi = entry.get("interval_90")
+    inner = f" [{lo_hi[0]:.2f}, {lo_hi[1]:.2f}]" if lo_hi else ""
+    return f"{entry['geo_mean']:.2f}{inner} ({len(entry['ratios'])})"
+
+
+def default_backend_table(paths, link_dir, concurrency=(1, 8, 32)):
+    """The default attention backend (no flag), EAGLE3: the patched build's
+    TPOT over base's and over upstream 0.5.13's, paired by repeat (geometric
+    mean, 90% interval, repeats), one row per file."""
+    rows = []
+    for path in paths:
+        with open(path) as fh:
+            data = json.load(fh)
+        cells = []
+        for reference in ("base", UPSTREAM):
+            pairs = {e["concurrency"]: e for e in results.paired_ratios(data, base=reference)
+                     if e["variant"] == "patched" and e["attention_backend"] == "default"
+                     and e["speculative"] == "EAGLE3"}
+            cells += [paired_cell(pairs[c]) if c in pairs else None for c in concurrency]
+        name = os.path.basename(path)[:-5]
+        rows.append([f"[{name}]({link_dir}/{name}.md)", data["card"]] + cells)
+    header = (["results", "card"] + [f"/ base, c={c}" for c in concurrency]
+              + [f"/ upstream 0.5.13, c={c}" for c in concurrency])
+    return table(header, rows)
+
+
 def embed(text, name, block):
     """`text` with the block between `<!-- begin NAME -->` and `<!-- end NAME -->`
     replaced by `block` (ValueError if the markers are missing)."""
@@ -410,6 +439,8 @@ def embed(text, name, block):
 # The side-by-side measurements of all three builds (their servers ran at
 # the same time and were measured in turn): the READMEs' current results.
 CURRENT = ("2026-11-26-h200-machine-e.json", "2026-11-26-h200-machine-f.json")
+# ... and those with the attention backend sglang picks (no flag)
+DEFAULT_BACKEND = ("2026-11-27-h100-default-backend-upstream.json",)
 # README -> where its links to the results pages point
 READMES = {"README.md": "benchmark/results", "benchmark/README.md": "results"}
 
@@ -417,4 +448,6 @@ READMES = {"README.md": "benchmark/results", "benchmark/README.md": "results"}
 def refresh_readme(text, results_dir, link_dir):
     """`text` (a README) with its embedded current-results table regenerated."""
     paths = [os.path.join(results_dir, n) for n in CURRENT]
-    return embed(text, "current-results", ratio_table(paths, link_dir))
+    text = embed(text, "current-results", ratio_table(paths, link_dir))
+    paths = [os.path.join(results_dir, n) for n in DEFAULT_BACKEND]
+    return embed(text, "default-backend-results", default_backend_table(paths, link_dir))

@@ -144,3 +144,23 @@ def test_profile_table_gives_idle_share_and_stack_traces_list_where_the_gpu_wait
     assert "| base " not in waits  # a GPU-only trace has no frames
     data["profiles"] = data["profiles"][:1]
     assert "### Where the GPU waited" not in report.render(data, "x.json")
+
+
+def test_default_backend_table_pairs_patched_with_base_and_upstream(tmp_path):
+    def point(variant, tpots, c):
+        run = _point(variant, tpots, [0, 1])
+        run.update(attention_backend="default", tp=1, concurrency=c)
+        return run
+    data = {"card": "NVIDIA H100", "date": "2026-11-27", "model_preset": "small",
+            "bench": {"side_by_side": True}, "greedy_equivalence": [],
+            "runs": [point("base", [2.0, 2.0], 1), point("patched", [1.8, 2.2], 1),
+                     point("upstream-0.5.13", [2.0, 2.2], 1)]}
+    path = tmp_path / "x.json"
+    path.write_text(json.dumps(data))
+    table = report.default_backend_table([str(path)], "results")
+    # patched / base: 0.90, 1.10 -> geo 0.995; patched / upstream: 0.90, 1.00 -> 0.949;
+    # no point at c=8 or c=32, so no column for them
+    assert table.splitlines() == [
+        "| results | card | / base, c=1 | / upstream 0.5.13, c=1 |",
+        "|---|---|---|---|",
+        "| [x](results/x.md) | NVIDIA H100 | 0.99 [0.53, 1.87] (2) | 0.95 [0.68, 1.32] (2) |"]

@@ -1173,3 +1173,87 @@ def test_full_series_fault_run_in_docs_matches_its_results():
     assert f"the logged counts reach {n // 1000} {n % 1000:03d} on both TP=2 ranks" in doc
     started = [x for x in lines if "sglpatch: patches 0001-0009" in x]
     assert sorted(x.split("/")[0] for x in started) == ["disagg", "tp1", "tp2"]
+
+
+DEFAULT_UPSTREAM = "2026-11-27-h100-default-backend-upstream"
+PROBES_27 = os.path.join(RESULTS, "2026-11-27-h100-probes")
+DRAFT_EXTEND = "srt/speculative/eagle_worker_v2.py: _draft_extend_for_decode"
+
+
+def stack_probe(build):
+    with open(os.path.join(PROBES_27, f"default-backend-stack-{build}.json")) as fh:
+        return json.load(fh)
+
+
+def test_default_backend_headline_matches_its_results():
+    text, data = readme(), load(DEFAULT_UPSTREAM)
+    assert data["card"] == "NVIDIA H100 80GB HBM3"
+    assert {r["attention_backend"] for r in data["runs"]} == {"default"}
+    assert {r["variant"] for r in data["runs"]} == {"base", "patched", "upstream-0.5.13"}
+    assert data["bench"]["side_by_side"] and data["bench"]["turn"] == "alternating"
+    assert "three calls pooled" in text and len({g["call"] for g in data["greedy_runs"]}) == 3
+    # one greedy digest across the three builds in every call
+    assert len({g["sha256"] for g in data["greedy_runs"]}) == 1 and len(data["greedy_runs"]) == 9
+    assert all(g["prompts_off_own_chain"] == 0 for g in data["greedy_runs"])
+    # the patched server ran the whole series and kept fa3's host pull
+    lines = {s["sglpatch_line"] for s in data["server_starts"] if s.get("sglpatch_line")}
+    assert lines and all(x.startswith("patches 0001-0009 applied") and "host pull on" in x
+                         for x in lines)
+    # every interval against base holds 1.00; against upstream the means are below it
+    # and the intervals hold it
+    vs_base = [e for e in report.results.paired_ratios(data) if e["variant"] == "patched"]
+    vs_up = [e for e in report.results.paired_ratios(data, base="upstream-0.5.13")
+             if e["variant"] == "patched"]
+    assert len(vs_base) == len(vs_up) == 3
+    assert all(e["interval_90"][0] <= 1 <= e["interval_90"][1] for e in vs_base + vs_up)
+    assert all(e["geo_mean"] < 1 for e in vs_up)
+    up = {e["concurrency"]: e for e in report.results.paired_ratios(data)
+          if e["variant"] == "upstream-0.5.13"}[1]
+    assert ("Upstream 0.5.13 itself was slower than base at concurrency 1 "
+            f"({up['geo_mean']:.2f} [{up['interval_90'][0]:.2f}, {up['interval_90'][1]:.2f}])") in text
+    assert up["interval_90"][0] > 1
+    base1 = next(r for r in data["runs"] if r["variant"] == "base" and r["concurrency"] == 1)
+    tpots = [x["tpot_ms"] for x in base1["samples"]]
+    assert f"(base at concurrency 1: {min(tpots):.2f} to {max(tpots):.2f} ms)" in text
+
+
+def test_default_backend_idle_and_draft_extend_claims():
+    text, data = readme(), load(DEFAULT_UPSTREAM)
+    share = {p["variant"]: round(100 * p["gpu_idle_us_per_step"] / p["window_us_per_step"])
+             for p in data["profiles"] if not p["with_stack"] and p["concurrency"] == 1}
+    m = re.search(r"the GPU sat idle (\d+)% of a forward in base and the series and (\d+)% in "
+                  r"upstream", text)
+    assert share == {"base": int(m.group(1)), "patched": int(m.group(1)),
+                     "upstream-0.5.13": int(m.group(2))}
+    m = re.search(r"charge (\d+)% of that idle time, in every build, to the draft extend", text)
+    probes_readme = flat("benchmark/results/2026-11-27-h100-probes/README.md")
+    for build in ("base", "patched", "upstream-0.5.13"):
+        probe = stack_probe(build)
+        phases = probe["python"]["idle_us_per_step_by_spec_phase"]
+        assert round(100 * phases[DRAFT_EXTEND] / probe["gpu_idle_us_per_step"]) == int(m.group(1))
+        assert max(phases, key=phases.get) == DRAFT_EXTEND  # the largest phase
+        row = (f"| {build} | {probe['window_us_per_step']:.0f} | {probe['gpu_idle_us_per_step']:.0f} "
+               f"| {phases[DRAFT_EXTEND]:.0f} ({m.group(1)}%) |")
+        assert row in probes_readme
+    # all three servers chose fa3; none captured a draft-extend graph, as a Triton one does
+    lines = evidence_lines("2026-11-27-h100-default-backend-upstream-server-lines.log")
+    chose = {x.split(":")[0] for x in lines if "Use fa3 backend by default" in x}
+    assert len(chose) == 3
+    assert not any("draft extend" in x for x in lines)
+    assert any("draft cuda graph end" in x for x in lines)
+    triton = evidence_lines("2026-11-27-h100x4-tp4-full-series-capture-lines.log")
+    assert any("Capture draft extend cuda graph begin" in x for x in triton)
+
+
+def test_architecture_default_backend_paragraph_matches_its_results():
+    doc, data = flat("docs/architecture.md"), load(DEFAULT_UPSTREAM)
+
+    def geo(reference):
+        pairs = {e["concurrency"]: e for e in report.results.paired_ratios(data, base=reference)
+                 if e["variant"] == "patched"}
+        return " / ".join(f"{pairs[c]['geo_mean']:.2f}" for c in (1, 8, 32))
+    assert (f"patched/base is {geo('base')} and patched/upstream {geo('upstream-0.5.13')}"
+            in doc)
+    share = round(100 * stack_probe("patched")["python"]["idle_us_per_step_by_spec_phase"][
+        DRAFT_EXTEND] / stack_probe("patched")["gpu_idle_us_per_step"])
+    assert f"charge {share}% of the GPU's idle time, in each of the three builds" in doc
