@@ -242,7 +242,7 @@ def waits_section(profiles):
             f"Stack traces: the {WAIT_FRAMES} frames of the scheduler thread that the most "
             "GPU idle time per forward was charged to (each idle gap ≥ 20 µs goes to the "
             "innermost sglang frame running at its middle; the profiler slows the host, so "
-            "read shares). The whole list is in the JSON.", "",
+            "read shares). The JSON holds the first 15.", "",
             table(["setting", "c", "rank", "frame", "idle µs per forward",
                    "share of GPU idle %"], rows)]
 
