@@ -124,11 +124,13 @@ def runs_section(data):
             "c = concurrency; pcg = piecewise CUDA graph.", "", table(header, rows)]
 
 
-def interval_cell(entry):
+def interval_cell(entry, digits=3):
+    """"0.949 [0.215, 4.183]": a paired point's geometric mean and its 90%
+    interval (the mean alone when it has none)."""
     lo_hi = entry["interval_90"]
     if lo_hi is None:
-        return f"{entry['geo_mean']:.3f}"
-    return f"{entry['geo_mean']:.3f} [{lo_hi[0]:.3f}, {lo_hi[1]:.3f}]"
+        return f"{entry['geo_mean']:.{digits}f}"
+    return f"{entry['geo_mean']:.{digits}f} [{lo_hi[0]:.{digits}f}, {lo_hi[1]:.{digits}f}]"
 
 
 def turn_cell(entry):
@@ -388,7 +390,7 @@ def ratio_table(paths, link_dir, concurrency=(1, 8, 32)):
                 try:
                     p = tpot(data, "patched", pcg=pcg, c=c)
                     ratios = [f"{p / tpot(data, v, pcg=pcg, c=c):.2f}"
-                              for v in ("base", "upstream-0.5.13")]
+                              for v in ("base", UPSTREAM)]
                 except KeyError:
                     ratios = None
                 cells.append(" / ".join(ratios) if ratios else None)
@@ -400,11 +402,9 @@ def ratio_table(paths, link_dir, concurrency=(1, 8, 32)):
 
 
 def paired_cell(entry):
-    """"1.05 [0.89, 1.24] (7)": a paired point's geometric mean, its 90%
-    interval and how many paired repeats it has."""
-    lo_hi = entry.get("interval_90")
-    inner = f" [{lo_hi[0]:.2f}, {lo_hi[1]:.2f}]" if lo_hi else ""
-    return f"{entry['geo_mean']:.2f}{inner} ({len(entry['ratios'])})"
+    """"1.05 [0.89, 1.24] (7)": `interval_cell` to two digits, and how many
+    paired repeats it has."""
+    return f"{interval_cell(entry, 2)} ({len(entry['ratios'])})"
 
 
 def default_backend_table(paths, link_dir, concurrency=(1, 8, 32)):

@@ -144,22 +144,24 @@ def is_sglang(name):
     return "sglang/" in name.partition(": ")[0]
 
 
-def loop_phase(stacks, chain):
-    """The frame directly under the scheduler's event loop, if any."""
+def frame_under(stacks, chain, is_parent):
+    """The short name of the frame in `chain` (innermost first) directly
+    under the innermost frame whose full name satisfies `is_parent`, if any."""
     for child, parent in zip(chain, chain[1:]):
-        if ": event_loop_" in stacks.name(parent):
+        if is_parent(stacks.name(parent)):
             return short_frame(stacks.name(child))
     return None
 
 
-def spec_phase(stacks, chain):
-    """The frame directly under a speculative worker's
-    `forward_batch_generation` (its draft, verify or draft extend), if any."""
-    for child, parent in zip(chain, chain[1:]):
-        where, _, func = stacks.name(parent).partition(": ")
-        if func == "forward_batch_generation" and "/speculative/" in where:
-            return short_frame(stacks.name(child))
-    return None
+def is_event_loop(name):
+    return ": event_loop_" in name
+
+
+def is_spec_forward(name):
+    """A speculative worker's `forward_batch_generation`, the frame above its
+    draft, verify and draft extend."""
+    where, _, func = name.partition(": ")
+    return func == "forward_batch_generation" and "/speculative/" in where
 
 
 def charge_gaps(gaps, stacks, steps):
@@ -177,8 +179,9 @@ def charge_gaps(gaps, stacks, steps):
         frame = next((short_frame(stacks.name(j)) for j in chain
                       if is_sglang(stacks.name(j))), "(no sglang frame)")
         by_frame[frame] += t - s
-        by_phase[loop_phase(stacks, chain) or "(outside the loop)"] += t - s
-        by_spec[spec_phase(stacks, chain) or "(outside a speculative forward)"] += t - s
+        by_phase[frame_under(stacks, chain, is_event_loop) or "(outside the loop)"] += t - s
+        by_spec[frame_under(stacks, chain, is_spec_forward)
+                or "(outside a speculative forward)"] += t - s
     top = lambda c: {k: per_step(v, steps) for k, v in c.most_common(15)}  # noqa: E731
     return {"idle_us_per_step_by_frame": top(by_frame),
             "idle_us_per_step_by_loop_phase": top(by_phase),
@@ -190,7 +193,7 @@ def phase_times(stacks, steps):
     spent = collections.Counter()
     for i, e in enumerate(stacks.frames):
         p = stacks.parent[i]
-        if p is not None and ": event_loop_" in stacks.name(p):
+        if p is not None and is_event_loop(stacks.name(p)):
             spent[short_frame(e["name"])] += float(e["dur"])
     return {k: per_step(v, steps) for k, v in spent.most_common(15)}
 

@@ -1185,6 +1185,18 @@ def stack_probe(build):
         return json.load(fh)
 
 
+def draft_extend_share(probe):
+    """The draft extend's share of a stack trace's GPU idle time, in percent."""
+    phases = probe["python"]["idle_us_per_step_by_spec_phase"]
+    return round(100 * phases[DRAFT_EXTEND] / probe["gpu_idle_us_per_step"])
+
+
+def patched_pairs(data, reference):
+    """The patched build's paired ratios over `reference`'s, by concurrency."""
+    return {e["concurrency"]: e for e in report.results.paired_ratios(data, base=reference)
+            if e["variant"] == "patched"}
+
+
 def test_default_backend_headline_matches_its_results():
     text, data = readme(), load(DEFAULT_UPSTREAM)
     assert data["card"] == "NVIDIA H100 80GB HBM3"
@@ -1201,9 +1213,8 @@ def test_default_backend_headline_matches_its_results():
                          for x in lines)
     # every interval against base holds 1.00; against upstream the means are below it
     # and the intervals hold it
-    vs_base = [e for e in report.results.paired_ratios(data) if e["variant"] == "patched"]
-    vs_up = [e for e in report.results.paired_ratios(data, base="upstream-0.5.13")
-             if e["variant"] == "patched"]
+    vs_base = list(patched_pairs(data, "base").values())
+    vs_up = list(patched_pairs(data, report.UPSTREAM).values())
     assert len(vs_base) == len(vs_up) == 3
     assert all(e["interval_90"][0] <= 1 <= e["interval_90"][1] for e in vs_base + vs_up)
     assert all(e["geo_mean"] < 1 for e in vs_up)
@@ -1219,7 +1230,7 @@ def test_default_backend_headline_matches_its_results():
 
 def test_default_backend_idle_and_draft_extend_claims():
     text, data = readme(), load(DEFAULT_UPSTREAM)
-    share = {p["variant"]: round(100 * p["gpu_idle_us_per_step"] / p["window_us_per_step"])
+    share = {p["variant"]: round(report.idle_share(p))  # as the page gives it, whole
              for p in data["profiles"] if not p["with_stack"] and p["concurrency"] == 1}
     m = re.search(r"the GPU sat idle (\d+)% of a forward in base and the series and (\d+)% in "
                   r"upstream", text)
@@ -1230,7 +1241,7 @@ def test_default_backend_idle_and_draft_extend_claims():
     for build in ("base", "patched", "upstream-0.5.13"):
         probe = stack_probe(build)
         phases = probe["python"]["idle_us_per_step_by_spec_phase"]
-        assert round(100 * phases[DRAFT_EXTEND] / probe["gpu_idle_us_per_step"]) == int(m.group(1))
+        assert draft_extend_share(probe) == int(m.group(1))
         assert max(phases, key=phases.get) == DRAFT_EXTEND  # the largest phase
         row = (f"| {build} | {probe['window_us_per_step']:.0f} | {probe['gpu_idle_us_per_step']:.0f} "
                f"| {phases[DRAFT_EXTEND]:.0f} ({m.group(1)}%) |")
@@ -1249,11 +1260,9 @@ def test_architecture_default_backend_paragraph_matches_its_results():
     doc, data = flat("docs/architecture.md"), load(DEFAULT_UPSTREAM)
 
     def geo(reference):
-        pairs = {e["concurrency"]: e for e in report.results.paired_ratios(data, base=reference)
-                 if e["variant"] == "patched"}
+        pairs = patched_pairs(data, reference)
         return " / ".join(f"{pairs[c]['geo_mean']:.2f}" for c in (1, 8, 32))
-    assert (f"patched/base is {geo('base')} and patched/upstream {geo('upstream-0.5.13')}"
+    assert (f"patched/base is {geo('base')} and patched/upstream {geo(report.UPSTREAM)}"
             in doc)
-    share = round(100 * stack_probe("patched")["python"]["idle_us_per_step_by_spec_phase"][
-        DRAFT_EXTEND] / stack_probe("patched")["gpu_idle_us_per_step"])
+    share = draft_extend_share(stack_probe("patched"))
     assert f"charge {share}% of the GPU's idle time, in each of the three builds" in doc
