@@ -407,23 +407,39 @@ def paired_cell(entry):
     return f"{interval_cell(entry, 2)} ({len(entry['ratios'])})"
 
 
+def patches_applied(data):
+    """The patch range the patched server's start line names ("0001-0010"),
+    None where no patched server logged one."""
+    for start in data.get("server_starts", []):
+        setting, line = start["setting"], start.get("sglpatch_line") or ""
+        if setting.startswith("patched-") and not setting.startswith("patched-through-") \
+                and line.startswith("patches "):
+            return line.split()[1]
+    return None
+
+
 def default_backend_table(paths, link_dir, concurrency=(1, 8, 32)):
     """The default attention backend (no flag), EAGLE3: the patched build's
     TPOT over base's and over upstream 0.5.13's, paired by repeat (geometric
-    mean, 90% interval, repeats), one row per file."""
+    mean, 90% interval, repeats), one row per file and TP size, with the
+    patches the patched server ran."""
     rows = []
     for path in paths:
         with open(path) as fh:
             data = json.load(fh)
-        cells = []
+        pairs = {}
         for reference in ("base", UPSTREAM):
-            pairs = {e["concurrency"]: e for e in results.paired_ratios(data, base=reference)
-                     if e["variant"] == "patched" and e["attention_backend"] == "default"
-                     and e["speculative"] == "EAGLE3"}
-            cells += [paired_cell(pairs[c]) if c in pairs else None for c in concurrency]
+            for e in results.paired_ratios(data, base=reference):
+                if e["variant"] == "patched" and e["attention_backend"] == "default" \
+                        and e["speculative"] == "EAGLE3":
+                    pairs[(reference, e["tp"], e["concurrency"])] = e
         name = os.path.basename(path)[:-5]
-        rows.append([f"[{name}]({link_dir}/{name}.md)", data["card"]] + cells)
-    header = (["results", "card"] + [f"/ base, c={c}" for c in concurrency]
+        for tp in sorted({tp for _, tp, _ in pairs}):
+            cells = [paired_cell(pairs[(reference, tp, c)]) if (reference, tp, c) in pairs
+                     else None for reference in ("base", UPSTREAM) for c in concurrency]
+            rows.append([f"[{name}]({link_dir}/{name}.md)", data["card"],
+                         patches_applied(data), tp] + cells)
+    header = (["results", "card", "patched", "tp"] + [f"/ base, c={c}" for c in concurrency]
               + [f"/ upstream 0.5.13, c={c}" for c in concurrency])
     return table(header, rows)
 
@@ -440,7 +456,9 @@ def embed(text, name, block):
 # the same time and were measured in turn): the READMEs' current results.
 CURRENT = ("2026-11-26-h200-machine-e.json", "2026-11-26-h200-machine-f.json")
 # ... and those with the attention backend sglang picks (no flag)
-DEFAULT_BACKEND = ("2026-11-27-h100-default-backend-upstream.json",)
+DEFAULT_BACKEND = ("2026-11-27-h100-fa3-draft-extend-graph.json",
+                   "2026-11-27-h200x2-tp2-default-backend.json",
+                   "2026-11-27-h100-default-backend-upstream.json")
 # README -> where its links to the results pages point
 READMES = {"README.md": "benchmark/results", "benchmark/README.md": "results"}
 

@@ -147,9 +147,9 @@ def test_profile_table_gives_idle_share_and_stack_traces_list_where_the_gpu_wait
 
 
 def test_default_backend_table_pairs_patched_with_base_and_upstream(tmp_path):
-    def point(variant, tpots, c):
+    def point(variant, tpots, c, tp=1):
         run = _point(variant, tpots, [0, 1])
-        run.update(attention_backend="default", tp=1, concurrency=c)
+        run.update(attention_backend="default", tp=tp, concurrency=c)
         return run
     data = {"card": "NVIDIA H100", "date": "2026-11-27", "model_preset": "small",
             "bench": {"side_by_side": True}, "greedy_equivalence": [],
@@ -159,8 +159,33 @@ def test_default_backend_table_pairs_patched_with_base_and_upstream(tmp_path):
     path.write_text(json.dumps(data))
     table = report.default_backend_table([str(path)], "results")
     # patched / base: 0.90, 1.10 -> geo 0.995; patched / upstream: 0.90, 1.00 -> 0.949;
-    # no point at c=8 or c=32, so no column for them
+    # no point at c=8 or c=32, so no column for them; no start line, no patches column
     assert table.splitlines() == [
-        "| results | card | / base, c=1 | / upstream 0.5.13, c=1 |",
-        "|---|---|---|---|",
-        "| [x](results/x.md) | NVIDIA H100 | 0.99 [0.53, 1.87] (2) | 0.95 [0.68, 1.32] (2) |"]
+        "| results | card | tp | / base, c=1 | / upstream 0.5.13, c=1 |",
+        "|---|---|---|---|---|",
+        "| [x](results/x.md) | NVIDIA H100 | 1 | 0.99 [0.53, 1.87] (2) | 0.95 [0.68, 1.32] (2) |"]
+
+
+def test_default_backend_table_gives_a_row_per_tp_and_the_patches_run(tmp_path):
+    def point(variant, tpots, tp):
+        run = _point(variant, tpots, [0, 1])
+        run.update(attention_backend="default", tp=tp, concurrency=1)
+        return run
+    line = "patches 0001-0010 applied by sglpatch 0.2.0; per-step seq_lens host pull on: ..."
+    data = {"card": "NVIDIA H200", "date": "2026-11-27", "model_preset": "small",
+            "bench": {"side_by_side": True}, "greedy_equivalence": [],
+            "server_starts": [
+                {"setting": "patched-through-0009-default-ov1-EAGLE3-pcg1",
+                 "sglpatch_line": line.replace("0010", "0009")},
+                {"setting": "patched-default-ov1-EAGLE3-pcg1", "sglpatch_line": line}],
+            "runs": [point("base", [2.0, 2.0], 1), point("patched", [1.0, 1.0], 1),
+                     point("base", [4.0, 4.0], 2), point("patched", [2.0, 3.0], 2),
+                     point("patched-through-0009", [2.0, 2.0], 1)]}
+    path = tmp_path / "y.json"
+    path.write_text(json.dumps(data))
+    assert report.patches_applied(data) == "0001-0010"
+    rows = report.default_backend_table([str(path)], "results").splitlines()
+    assert rows[0] == "| results | card | patched | tp | / base, c=1 |"
+    assert rows[2].startswith("| [y](results/y.md) | NVIDIA H200 | 0001-0010 | 1 | 0.50 ")
+    assert rows[3].startswith("| [y](results/y.md) | NVIDIA H200 | 0001-0010 | 2 | 0.61 ")
+    assert len(rows) == 4  # patched-through-0009 is not the patched build

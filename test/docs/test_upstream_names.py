@@ -38,6 +38,7 @@ NAMES = {
     "managers.overlap_utils.sglpatch_series_applied": None,
     "managers.overlap_utils.log_seq_lens_pull": None,
     "managers.scheduler.broadcast_reqs_to_tp_ranks": None,
+    "speculative.eagle_worker_v2.fa3_draft_extend_graph_supported": None,
     "model_executor.forward_batch_info.ForwardBatch.mark_forward_metadata_ready":
         ["self", "replan_equivalent"],
     "model_executor.forward_batch_info.ForwardBatch.needs_forward_metadata_init": ["self"],
