@@ -1396,3 +1396,17 @@ def test_probes_readme_rows_for_0010_match_the_probes():
         row = (f"| {build} | {probe['window_us_per_step']:.0f} | "
                f"{probe['gpu_idle_us_per_step']:.0f} | {de:.0f} ({draft_extend_share(probe)}%) |")
         assert row in text
+
+
+def test_kit_readme_fa3_graph_start_times_match_their_results():
+    text = flat("benchmark/kit/README.md")
+
+    def ready(stem):
+        starts = {}
+        for s in load(stem)["server_starts"]:
+            starts.setdefault(s["setting"].split("-default-")[0], s["start_s"])
+        return starts
+    one, two = ready(GRAPH), ready(GRAPH_TP2)
+    assert (f"were ready in {one['base']:.0f}, {one['patched-through-0009']:.0f} and "
+            f"{one['patched']:.0f} s side by side") in text
+    assert f"base and the whole series in {two['base']:.0f} and {two['patched']:.0f} s" in text
