@@ -146,15 +146,18 @@ def test_profile_table_gives_idle_share_and_stack_traces_list_where_the_gpu_wait
     assert "### Where the GPU waited" not in report.render(data, "x.json")
 
 
+def _default_point(variant, tpots, c=1, tp=1):
+    """A two-repeat point of the default attention backend."""
+    run = _point(variant, tpots, [0, 1])
+    run.update(attention_backend="default", tp=tp, concurrency=c)
+    return run
+
+
 def test_default_backend_table_pairs_patched_with_base_and_upstream(tmp_path):
-    def point(variant, tpots, c, tp=1):
-        run = _point(variant, tpots, [0, 1])
-        run.update(attention_backend="default", tp=tp, concurrency=c)
-        return run
     data = {"card": "NVIDIA H100", "date": "2026-11-27", "model_preset": "small",
             "bench": {"side_by_side": True}, "greedy_equivalence": [],
-            "runs": [point("base", [2.0, 2.0], 1), point("patched", [1.8, 2.2], 1),
-                     point("upstream-0.5.13", [2.0, 2.2], 1)]}
+            "runs": [_default_point("base", [2.0, 2.0]), _default_point("patched", [1.8, 2.2]),
+                     _default_point("upstream-0.5.13", [2.0, 2.2])]}
     path = tmp_path / "x.json"
     path.write_text(json.dumps(data))
     table = report.default_backend_table([str(path)], "results")
@@ -167,10 +170,6 @@ def test_default_backend_table_pairs_patched_with_base_and_upstream(tmp_path):
 
 
 def test_default_backend_table_gives_a_row_per_tp_and_the_patches_run(tmp_path):
-    def point(variant, tpots, tp):
-        run = _point(variant, tpots, [0, 1])
-        run.update(attention_backend="default", tp=tp, concurrency=1)
-        return run
     line = "patches 0001-0010 applied by sglpatch 0.2.0; per-step seq_lens host pull on: ..."
     data = {"card": "NVIDIA H200", "date": "2026-11-27", "model_preset": "small",
             "bench": {"side_by_side": True}, "greedy_equivalence": [],
@@ -178,9 +177,10 @@ def test_default_backend_table_gives_a_row_per_tp_and_the_patches_run(tmp_path):
                 {"setting": "patched-through-0009-default-ov1-EAGLE3-pcg1",
                  "sglpatch_line": line.replace("0010", "0009")},
                 {"setting": "patched-default-ov1-EAGLE3-pcg1", "sglpatch_line": line}],
-            "runs": [point("base", [2.0, 2.0], 1), point("patched", [1.0, 1.0], 1),
-                     point("base", [4.0, 4.0], 2), point("patched", [2.0, 3.0], 2),
-                     point("patched-through-0009", [2.0, 2.0], 1)]}
+            "runs": [_default_point("base", [2.0, 2.0]), _default_point("patched", [1.0, 1.0]),
+                     _default_point("base", [4.0, 4.0], tp=2),
+                     _default_point("patched", [2.0, 3.0], tp=2),
+                     _default_point("patched-through-0009", [2.0, 2.0])]}
     path = tmp_path / "y.json"
     path.write_text(json.dumps(data))
     assert report.patches_applied(data) == "0001-0010"

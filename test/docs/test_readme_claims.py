@@ -1180,9 +1180,19 @@ PROBES_27 = os.path.join(RESULTS, "2026-11-27-h100-probes")
 DRAFT_EXTEND = "srt/speculative/eagle_worker_v2.py: _draft_extend_for_decode"
 
 
-def stack_probe(build):
-    with open(os.path.join(PROBES_27, f"default-backend-stack-{build}.json")) as fh:
+def stack_probe(build, run="default-backend"):
+    """trace_steps' reading of one build's stack trace in the probes folder:
+    `run` is the file name's prefix (the call it came from)."""
+    with open(os.path.join(PROBES_27, f"{run}-stack-{build}.json")) as fh:
         return json.load(fh)
+
+
+def probe_row(build, probe):
+    """The probes README's row of a build: window, GPU idle and the draft
+    extend's idle time with its share."""
+    de = probe["python"]["idle_us_per_step_by_spec_phase"][DRAFT_EXTEND]
+    return (f"| {build} | {probe['window_us_per_step']:.0f} | {probe['gpu_idle_us_per_step']:.0f} "
+            f"| {de:.0f} ({draft_extend_share(probe)}%) |")
 
 
 def draft_extend_share(probe):
@@ -1191,10 +1201,15 @@ def draft_extend_share(probe):
     return round(100 * phases[DRAFT_EXTEND] / probe["gpu_idle_us_per_step"])
 
 
-def patched_pairs(data, reference):
-    """The patched build's paired ratios over `reference`'s, by concurrency."""
+def pairs_of(data, variant, reference="base"):
+    """`variant`'s paired ratios over `reference`'s, by concurrency."""
     return {e["concurrency"]: e for e in report.results.paired_ratios(data, base=reference)
-            if e["variant"] == "patched"}
+            if e["variant"] == variant}
+
+
+def geo_means(pairs):
+    """"0.78 / 0.82 / 0.87": the geometric means at concurrency 1 / 8 / 32."""
+    return " / ".join(f"{pairs[c]['geo_mean']:.2f}" for c in (1, 8, 32))
 
 
 def test_default_backend_headline_matches_its_results():
@@ -1213,8 +1228,8 @@ def test_default_backend_headline_matches_its_results():
                          for x in lines)
     # every interval against base holds 1.00; against upstream the means are below it
     # and the intervals hold it
-    vs_base = list(patched_pairs(data, "base").values())
-    vs_up = list(patched_pairs(data, report.UPSTREAM).values())
+    vs_base = list(pairs_of(data, "patched").values())
+    vs_up = list(pairs_of(data, "patched", report.UPSTREAM).values())
     assert len(vs_base) == len(vs_up) == 3
     assert all(e["interval_90"][0] <= 1 <= e["interval_90"][1] for e in vs_base + vs_up)
     assert all(e["geo_mean"] < 1 for e in vs_up)
@@ -1243,9 +1258,7 @@ def test_default_backend_idle_and_draft_extend_claims():
         phases = probe["python"]["idle_us_per_step_by_spec_phase"]
         assert draft_extend_share(probe) == int(m.group(1))
         assert max(phases, key=phases.get) == DRAFT_EXTEND  # the largest phase
-        row = (f"| {build} | {probe['window_us_per_step']:.0f} | {probe['gpu_idle_us_per_step']:.0f} "
-               f"| {phases[DRAFT_EXTEND]:.0f} ({m.group(1)}%) |")
-        assert row in probes_readme
+        assert probe_row(build, probe) in probes_readme
     # all three servers chose fa3; none captured a draft-extend graph, as a Triton one does
     lines = evidence_lines("2026-11-27-h100-default-backend-upstream-server-lines.log")
     chose = {x.split(":")[0] for x in lines if "Use fa3 backend by default" in x}
@@ -1259,27 +1272,14 @@ def test_default_backend_idle_and_draft_extend_claims():
 def test_architecture_default_backend_paragraph_matches_its_results():
     doc, data = flat("docs/architecture.md"), load(DEFAULT_UPSTREAM)
 
-    def geo(reference):
-        pairs = patched_pairs(data, reference)
-        return " / ".join(f"{pairs[c]['geo_mean']:.2f}" for c in (1, 8, 32))
-    assert (f"patched/base is {geo('base')} and patched/upstream {geo(report.UPSTREAM)}"
-            in doc)
+    assert (f"patched/base is {geo_means(pairs_of(data, 'patched'))} and patched/upstream "
+            f"{geo_means(pairs_of(data, 'patched', report.UPSTREAM))}") in doc
     share = draft_extend_share(stack_probe("patched"))
     assert f"charge {share}% of the GPU's idle time, in each of the three builds" in doc
 
 
 GRAPH = "2026-11-27-h100-fa3-draft-extend-graph"
 GRAPH_TP2 = "2026-11-27-h200x2-tp2-default-backend"
-
-
-def geo_means(pairs):
-    """"0.78 / 0.82 / 0.87": the geometric means at concurrency 1 / 8 / 32."""
-    return " / ".join(f"{pairs[c]['geo_mean']:.2f}" for c in (1, 8, 32))
-
-
-def pairs_of(data, variant, reference="base"):
-    return {e["concurrency"]: e for e in report.results.paired_ratios(data, base=reference)
-            if e["variant"] == variant}
 
 
 def gpu_idle_share(data, variant):
@@ -1290,8 +1290,7 @@ def gpu_idle_share(data, variant):
 
 
 def graph_probe(build):
-    with open(os.path.join(PROBES_27, f"fa3-draft-extend-graph-stack-{build}.json")) as fh:
-        return json.load(fh)
+    return stack_probe(build, run="fa3-draft-extend-graph")
 
 
 def test_fa3_draft_extend_graph_run_is_what_the_docs_say_it_is():
@@ -1356,8 +1355,7 @@ def test_0010_page_table_and_capture_cost_match_their_results():
     data, page = load(GRAPH), flat("docs/patches/0010-fa3-draft-extend-graph.md")
 
     def row(pairs):
-        return " | ".join(f"{report.interval_cell(pairs[c], 2)} ({len(pairs[c]['ratios'])})"
-                          for c in (1, 8, 32))
+        return " | ".join(report.paired_cell(pairs[c]) for c in (1, 8, 32))
     assert f"| whole series (0001-0010) | {row(pairs_of(data, 'patched'))} |" in page
     assert f"| through 0009 | {row(pairs_of(data, 'patched-through-0009'))} |" in page
     own = pairs_of(data, "patched", reference="patched-through-0009")
@@ -1391,11 +1389,7 @@ def test_architecture_fa3_item_names_0010s_numbers():
 def test_probes_readme_rows_for_0010_match_the_probes():
     text = flat("benchmark/results/2026-11-27-h100-probes/README.md")
     for build in ("base", "patched-through-0009", "patched"):
-        probe = graph_probe(build)
-        de = probe["python"]["idle_us_per_step_by_spec_phase"][DRAFT_EXTEND]
-        row = (f"| {build} | {probe['window_us_per_step']:.0f} | "
-               f"{probe['gpu_idle_us_per_step']:.0f} | {de:.0f} ({draft_extend_share(probe)}%) |")
-        assert row in text
+        assert probe_row(build, graph_probe(build)) in text
 
 
 def test_kit_readme_fa3_graph_start_times_match_their_results():
