@@ -32,7 +32,7 @@
 #   - INSTALL_ONLY=1: install the sites and stop
 #   - SIDE_BY_SIDE=K: the K servers of the call run at the same time and are
 #     measured in turn (e2e --side-by-side), each with a fixed KV pool
-#     (KV_TOKENS=N: that pool instead, e.g. for --model-preset llama-8b-shape)
+#     (KV_TOKENS=N: that pool instead, e.g. 60000 for --preset llama-8b-shape)
 #   - PIN=1: e2e --pin-cpus, each server of the comparison and the bench
 #     client on whole physical cores of their own (with PAIRS: within each
 #     copy's slice)
@@ -121,17 +121,9 @@ if [ "$SYNC_TRACE" = 1 ]; then
 fi
 
 if [ -n "$SIDE_BY_SIDE" ]; then
-  # SIDE_BY_SIDE=K: the call's K servers share the GPU; each gets a fixed KV
-  # pool that leaves room for the others: 80% of the card over K, less ~7 GiB
-  # of weights, graphs and work space, at 72 KiB a token (the small preset's
-  # target + draft KV), and at most 400k tokens, the same on every card
+  # each server a fixed KV pool that leaves room for the others (lib.sh)
   mib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)
-  kv=$(( (mib * 8 / 10 / SIDE_BY_SIDE - 7000) * 1024 / 72 ))
-  [ "$kv" -gt 400000 ] && kv=400000
-  # KV_TOKENS=N: that pool instead, for a model the rule above does not fit
-  # (llama-8b-shape: ~16 GB of weights and 132 KiB of KV a token)
-  [ -n "$KV_TOKENS" ] && kv=$KV_TOKENS
-  [ "$kv" -gt 50000 ] || { log "ERROR: no room for $SIDE_BY_SIDE servers on $mib MiB"; exit 5; }
+  kv=$(side_by_side_kv "$mib" "$SIDE_BY_SIDE" "$KV_TOKENS") || exit 5
   log "side by side: $SIDE_BY_SIDE servers, --max-total-tokens $kv each"
   set -- "$@" --side-by-side --max-total-tokens "$kv"
 fi

@@ -108,6 +108,24 @@ addon_install() {  # addon_install ADDON SITE...: an add-on kit's wheels over ea
   done
 }
 
+side_by_side_kv() {  # side_by_side_kv MIB K [KV_TOKENS]: each server's fixed KV pool
+  # (tokens) when K servers share one card of MIB MiB. By default 80% of the
+  # card over K, less ~7 GiB of weights, graphs and work space, at 72 KiB a
+  # token (the small preset's target + draft KV), at most 400k tokens, the
+  # same on every card; a card too small for that (under 50k tokens each) is
+  # refused. KV_TOKENS=N is that pool instead, as given, for a model the rule
+  # does not fit (llama-8b-shape: ~26 GB of weights, 132 KiB of KV a token)
+  local mib=$1 k=$2 given=$3 kv
+  if [ -n "$given" ]; then
+    [[ "$given" =~ ^[1-9][0-9]*$ ]] || { log "ERROR: KV_TOKENS=$given is not a token count" >&2; return 1; }
+    echo "$given"; return 0
+  fi
+  kv=$(( (mib * 8 / 10 / k - 7000) * 1024 / 72 ))
+  [ "$kv" -gt 400000 ] && kv=400000
+  [ "$kv" -gt 50000 ] || { log "ERROR: no room for $k servers on $mib MiB" >&2; return 1; }
+  echo "$kv"
+}
+
 PROBE_FILES="sitecustomize.py host_time.py startup_stacks.py"
 
 probe_site() {  # probe_site SITE COPY: a hard-linked copy of SITE with the project's

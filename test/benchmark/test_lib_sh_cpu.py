@@ -215,3 +215,27 @@ def test_addon_install_links_again_what_pip_replaced_in_a_shared_site(tmp_path):
     assert (sp / ".addon-addon").exists()
     assert (sp / "flashinfer").is_symlink()
     assert (sp / "flashinfer").resolve() == (base / "flashinfer").resolve()
+
+
+def test_side_by_side_kv_pool_follows_the_card_and_servers(tmp_path):
+    # 80% of the card over K, less 7000 MiB, at 72 KiB a token, capped at 400k
+    res = sh("side_by_side_kv 143771 3; side_by_side_kv 81559 3", tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.split() == ["400000", "209763"]
+
+
+def test_side_by_side_kv_takes_a_given_pool_below_the_rule_floor(tmp_path):
+    # llama-8b-shape on an H200: 4 servers of 60k (or 20k) tokens each; the
+    # 50k floor guards the computed pool only (it refused KV_TOKENS=20000)
+    res = sh("side_by_side_kv 143771 4 60000; side_by_side_kv 143771 4 20000", tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.split() == ["60000", "20000"]
+
+
+def test_side_by_side_kv_refuses_a_full_card_and_a_bad_count(tmp_path):
+    res = sh("side_by_side_kv 81559 8", tmp_path)  # 44871 tokens each
+    assert res.returncode == 1 and res.stdout == ""
+    assert "no room for 8 servers on 81559 MiB" in res.stderr
+    res = sh("side_by_side_kv 81559 2 60k", tmp_path)
+    assert res.returncode == 1 and res.stdout == ""
+    assert "KV_TOKENS=60k is not a token count" in res.stderr
