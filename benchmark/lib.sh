@@ -114,7 +114,7 @@ side_by_side_kv() {  # side_by_side_kv MIB K [KV_TOKENS]: each server's fixed KV
   # token (the small preset's target + draft KV), at most 400k tokens, the
   # same on every card; a card too small for that (under 50k tokens each) is
   # refused. KV_TOKENS=N is that pool instead, as given, for a model the rule
-  # does not fit (llama-8b-shape: ~26 GB of weights, 132 KiB of KV a token)
+  # does not fit (llama-8b-shape: ~17 GB of weights, 132 KiB of KV a token)
   local mib=$1 k=$2 given=$3 kv
   if [ -n "$given" ]; then
     [[ "$given" =~ ^[1-9][0-9]*$ ]] || { log "ERROR: KV_TOKENS=$given is not a token count" >&2; return 1; }

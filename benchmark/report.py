@@ -422,7 +422,7 @@ def default_backend_table(paths, link_dir, concurrency=(1, 8, 32)):
     """The default attention backend (no flag), EAGLE3: the patched build's
     TPOT over base's and over upstream 0.5.13's, paired by repeat (geometric
     mean, 90% interval, repeats), one row per file and TP size, with the
-    patches the patched server ran."""
+    model preset and the patches the patched server ran."""
     rows = []
     for path in paths:
         with open(path) as fh:
@@ -438,8 +438,9 @@ def default_backend_table(paths, link_dir, concurrency=(1, 8, 32)):
             cells = [paired_cell(pairs[(reference, tp, c)]) if (reference, tp, c) in pairs
                      else None for reference in ("base", UPSTREAM) for c in concurrency]
             rows.append([f"[{name}]({link_dir}/{name}.md)", data["card"],
-                         patches_applied(data), tp] + cells)
-    header = (["results", "card", "patched", "tp"] + [f"/ base, c={c}" for c in concurrency]
+                         data.get("model_preset"), patches_applied(data), tp] + cells)
+    header = (["results", "card", "model", "patched", "tp"]
+              + [f"/ base, c={c}" for c in concurrency]
               + [f"/ upstream 0.5.13, c={c}" for c in concurrency])
     return table(header, rows)
 
@@ -456,8 +457,10 @@ def embed(text, name, block):
 # the same time and were measured in turn): the READMEs' current results.
 CURRENT = ("2026-11-26-h200-machine-e.json", "2026-11-26-h200-machine-f.json")
 # ... and those with the attention backend sglang picks (no flag)
-DEFAULT_BACKEND = ("2026-11-27-h100-fa3-draft-extend-graph.json",
+DEFAULT_BACKEND = ("2026-11-27-h200-default-backend-whole-series-upstream.json",
+                   "2026-11-27-h100-fa3-draft-extend-graph.json",
                    "2026-11-27-h200x2-tp2-default-backend.json",
+                   "2026-11-27-h200-llama-8b-shape.json",
                    "2026-11-27-h100-default-backend-upstream.json")
 # README -> where its links to the results pages point
 READMES = {"README.md": "benchmark/results", "benchmark/README.md": "results"}

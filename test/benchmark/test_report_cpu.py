@@ -164,14 +164,14 @@ def test_default_backend_table_pairs_patched_with_base_and_upstream(tmp_path):
     # patched / base: 0.90, 1.10 -> geo 0.995; patched / upstream: 0.90, 1.00 -> 0.949;
     # no point at c=8 or c=32, so no column for them; no start line, no patches column
     assert table.splitlines() == [
-        "| results | card | tp | / base, c=1 | / upstream 0.5.13, c=1 |",
-        "|---|---|---|---|---|",
-        "| [x](results/x.md) | NVIDIA H100 | 1 | 0.99 [0.53, 1.87] (2) | 0.95 [0.68, 1.32] (2) |"]
+        "| results | card | model | tp | / base, c=1 | / upstream 0.5.13, c=1 |",
+        "|---|---|---|---|---|---|",
+        "| [x](results/x.md) | NVIDIA H100 | small | 1 | 0.99 [0.53, 1.87] (2) | 0.95 [0.68, 1.32] (2) |"]
 
 
 def test_default_backend_table_gives_a_row_per_tp_and_the_patches_run(tmp_path):
     line = "patches 0001-0010 applied by sglpatch 0.2.0; per-step seq_lens host pull on: ..."
-    data = {"card": "NVIDIA H200", "date": "2026-11-27", "model_preset": "small",
+    data = {"card": "NVIDIA H200", "date": "2026-11-27", "model_preset": "llama-8b-shape",
             "bench": {"side_by_side": True}, "greedy_equivalence": [],
             "server_starts": [
                 {"setting": "patched-through-0009-default-ov1-EAGLE3-pcg1",
@@ -185,7 +185,7 @@ def test_default_backend_table_gives_a_row_per_tp_and_the_patches_run(tmp_path):
     path.write_text(json.dumps(data))
     assert report.patches_applied(data) == "0001-0010"
     rows = report.default_backend_table([str(path)], "results").splitlines()
-    assert rows[0] == "| results | card | patched | tp | / base, c=1 |"
-    assert rows[2].startswith("| [y](results/y.md) | NVIDIA H200 | 0001-0010 | 1 | 0.50 ")
-    assert rows[3].startswith("| [y](results/y.md) | NVIDIA H200 | 0001-0010 | 2 | 0.61 ")
+    assert rows[0] == "| results | card | model | patched | tp | / base, c=1 |"
+    assert rows[2].startswith("| [y](results/y.md) | NVIDIA H200 | llama-8b-shape | 0001-0010 | 1 | 0.50 ")
+    assert rows[3].startswith("| [y](results/y.md) | NVIDIA H200 | llama-8b-shape | 0001-0010 | 2 | 0.61 ")
     assert len(rows) == 4  # patched-through-0009 is not the patched build

@@ -1404,3 +1404,91 @@ def test_kit_readme_fa3_graph_start_times_match_their_results():
     assert (f"were ready in {one['base']:.0f}, {one['patched-through-0009']:.0f} and "
             f"{one['patched']:.0f} s side by side") in text
     assert f"base and the whole series in {two['base']:.0f} and {two['patched']:.0f} s" in text
+
+
+BESIDE_UPSTREAM = "2026-11-27-h200-default-backend-whole-series-upstream"
+LLAMA = "2026-11-27-h200-llama-8b-shape"
+
+
+def interval_cell(pair):
+    """"1.00 [0.98, 1.03]": a pair's geometric mean and 90% interval."""
+    lo, hi = pair["interval_90"]
+    return f"{pair['geo_mean']:.2f} [{lo:.2f}, {hi:.2f}]"
+
+
+def test_whole_series_beside_upstream_is_what_the_docs_say_it_is():
+    data, text = load(BESIDE_UPSTREAM), readme()
+    assert data["card"] == "NVIDIA H200" and data["model_preset"] == "small"
+    assert {r["attention_backend"] for r in data["runs"]} == {"default"}
+    assert {r["variant"] for r in data["runs"]} == {"base", "patched", "upstream-0.5.13"}
+    assert data["bench"]["side_by_side"] and data["bench"]["turn"] == "alternating"
+    assert report.patches_applied(data) == "0001-0010"
+    # two calls, three servers each, one digest: the H100's
+    assert len({g["call"] for g in data["greedy_runs"]}) == 2 and len(data["greedy_runs"]) == 6
+    assert {g["sha256"] for g in data["greedy_runs"]} == \
+        {g["sha256"] for g in load(GRAPH)["greedy_runs"]}
+    lines = evidence_lines(BESIDE_UPSTREAM + "-server-lines.log")
+    assert len({x.split(":")[0] for x in lines if "Use fa3 backend by default" in x}) == 3
+    # faster than upstream in every paired repeat, as README and the 0010 page say
+    vs_up, vs_base = pairs_of(data, "patched", report.UPSTREAM), pairs_of(data, "patched")
+    assert all(e["below_1"] == len(e["ratios"]) for e in vs_up.values())
+    counts = ", ".join(f"{len(vs_up[c]['ratios'])} of {len(vs_up[c]['ratios'])}"
+                       for c in (1, 8, 32))
+    assert f"faster than upstream in every paired repeat ({counts})" in text
+    assert f"{geo_means(vs_up)} of upstream's" in text
+    assert f"its ratios over base, {geo_means(vs_base)}, agree with the H100's" in text
+    assert vs_base[32]["interval_90"][0] < 1 < vs_base[32]["interval_90"][1]
+    base1 = next(r for r in data["runs"] if r["variant"] == "base" and r["concurrency"] == 1)
+    tpots = [x["tpot_ms"] for x in base1["samples"]]
+    assert f"({min(tpots):.2f} to {max(tpots):.2f} ms at concurrency 1)" in text
+    page = flat("docs/patches/0010-fa3-draft-extend-graph.md")
+    assert f"the whole series over upstream's TPOT, {geo_means(vs_up)} at concurrency" in page
+    assert f"over base's {geo_means(vs_base)}; one greedy digest" in page
+    assert f"the whole series is {geo_means(vs_up)} of upstream's TPOT, faster in every " \
+        "paired repeat" in flat("docs/architecture.md")
+
+
+def llama_profile(variant):
+    (p,) = [p for p in load(LLAMA)["profiles"] if p["variant"] == variant]
+    return p
+
+
+def test_llama_8b_shape_run_and_its_claims():
+    data, text, arch = load(LLAMA), readme(), flat("docs/architecture.md")
+    assert data["card"] == "NVIDIA H200" and data["model_preset"] == "llama-8b-shape"
+    assert {r["concurrency"] for r in data["runs"]} == {1}
+    assert report.patches_applied(data) == "0001-0010"
+    # one greedy digest across builds and backends, both calls
+    assert len({g["sha256"] for g in data["greedy_runs"]}) == 1 and len(data["greedy_runs"]) == 6
+    assert all(g["prompts_off_own_chain"] == 0 for g in data["greedy_runs"])
+    pairs = {e["attention_backend"]: e for e in report.results.paired_ratios(data)}
+    fa3, triton = pairs["default"], pairs["triton"]
+    assert len(fa3["ratios"]) == 6 and fa3["interval_90"][0] < 1 < fa3["interval_90"][1]
+    assert f"gives fa3 nothing: {interval_cell(fa3)}" in text
+    assert f"series is {interval_cell(fa3)} of base's TPOT with fa3" in arch
+    assert f"was {interval_cell(triton)} of base's TPOT, below 1.00 in " \
+        f"{triton['below_1']} of {len(triton['ratios'])} paired repeats" in text
+    assert f"(Triton, in the same calls: {triton['geo_mean']:.2f})" in arch
+    # the profiles: same GPU busy time, the patched host's one long stream synchronize
+    base, patched = llama_profile("base"), llama_profile("patched")
+    busy = {round(p["gpu_busy_us_per_step"] / 1000, 2) for p in (base, patched)}
+    assert len(busy) == 1
+    assert f"the GPU is busy {busy.pop():.2f} ms of each forward in both builds" in text
+    assert (f"idle {report.idle_share(base):.1f}% of a forward in base and "
+            f"{report.idle_share(patched):.1f}% with the series") in text
+    sync = patched["runtime_calls"]["cudaStreamSynchronize"]
+    assert sync["calls_per_step"] == 1.0
+    assert (f"spends {patched['host_sync_us_per_step'] / 1000:.2f} ms a forward in host syncs, "
+            f"{sync['us_per_step'] / 1000:.2f} ms of it in one `cudaStreamSynchronize`") in text
+    assert f"blocks {sync['us_per_step'] / 1000:.2f} ms a forward in one `cudaStreamSynchronize`" \
+        in arch
+    assert base["host_sync_calls_per_step"] == 6.0
+    assert f"base spends {base['host_sync_us_per_step'] / 1000:.2f} ms in its six" in text
+    assert f"base blocks {base['host_sync_us_per_step'] / 1000:.2f} ms a forward in its six " \
+        "host syncs" in arch
+    # every fa3 server chose fa3; the patched ones kept the pull, the triton one skipped it
+    lines = evidence_lines(LLAMA + "-server-lines.log")
+    assert len([x for x in lines if "Use fa3 backend by default" in x]) == 4
+    started = [x for x in lines if "sglpatch: patches 0001-0010" in x]
+    assert sum("host pull on" in x for x in started) == 2
+    assert sum("host pull off" in x for x in started) == 1
