@@ -1492,3 +1492,32 @@ def test_llama_8b_shape_run_and_its_claims():
     started = [x for x in lines if "sglpatch: patches 0001-0010" in x]
     assert sum("host pull on" in x for x in started) == 2
     assert sum("host pull off" in x for x in started) == 1
+
+
+def test_llama_8b_shape_triton_stays_slower_than_fa3():
+    # in the call whose four servers ran side by side (call 7)
+    data = load(LLAMA)
+    tpots = {}
+    for r in data["runs"]:
+        key = "triton" if r["attention_backend"] == "triton" else "fa3"
+        if r["variant"] == "patched" or key == "fa3":
+            tpots.setdefault(key, []).extend(
+                x["tpot_ms"] for x in r["samples"] if x["call"] == "call 7")
+    assert len(tpots["triton"]) == 3 and len(tpots["fa3"]) == 6
+    assert min(tpots["triton"]) > max(tpots["fa3"])
+    (triton,) = {f"{x:.2f}" for x in tpots["triton"]}  # one value to two decimals
+    assert (f"patched Triton's repeats took {triton} ms a token (all three) and fa3's "
+            f"{min(tpots['fa3']):.2f} to {max(tpots['fa3']):.2f} ms (base and patched)") \
+        in readme()
+
+
+def test_kit_readme_h200_start_times_match_their_results():
+    text = flat("benchmark/kit/README.md")
+    starts = {}
+    for s in load(BESIDE_UPSTREAM)["server_starts"]:
+        starts.setdefault(s["setting"].split("-default-")[0], s["start_s"])
+    assert (f"were ready in {starts['base']:.0f}, {starts['patched']:.0f} and "
+            f"{starts['upstream-0.5.13']:.0f} s") in text
+    together = [s["start_s"] for s in load(LLAMA)["server_starts"] if s["side_by_side"] == 4]
+    assert len(together) == 4
+    assert f"were ready in {min(together):.0f} to {max(together):.0f} s" in text
