@@ -14,6 +14,9 @@
 #     (bisecting the series: base, patched-through-0004, patched side by
 #     side); without, it runs first, as its own e2e run (variant name
 #     "patched", so its numbers never mix with the full series) -> through-NNNN.tgz
+#   - a variant candidate-NAME is a site with the whole series and then the
+#     trial patch benchmark/candidates/NAME.patch (not in the series; its
+#     README says why each one waits), one more server of the comparison
 #   - HOST_TIME=1: every build under test loads the host-time probe
 #     (benchmark/probes/host_time.py: host wall time per scheduler iteration,
 #     by function, per rank) -> host-time.tgz and a side-by-side table in
@@ -80,11 +83,18 @@ for v in ${VARIANTS//,/ }; do
       else
         partial+=("$n")
       fi ;;
+    candidate-*)
+      # the whole series and a trial patch of benchmark/candidates/ on top
+      patch=benchmark/candidates/${v#candidate-}.patch
+      [ -f "$patch" ] || { echo "no trial patch $patch" >&2; exit 2; }
+      kit_install "$KIT" /tmp/sb 0.5.12.post1 || exit 3
+      candidate_site /tmp/sb "/tmp/sc-${v#candidate-}" "$patch" || exit 4
+      args+=(--variant "$v=/tmp/sc-${v#candidate-}" --no-apply) ;;
     *) echo "unknown variant $v" >&2; exit 2 ;;
   esac
 done
 if [ -n "$ADDON" ]; then
-  addon_install "$ADDON" /tmp/sb /tmp/sp /tmp/sp-[0-9]* /tmp/su || exit 3
+  addon_install "$ADDON" /tmp/sb /tmp/sp /tmp/sp-[0-9]* /tmp/sc-* /tmp/su || exit 3
 fi
 # INSTALL_ONLY=1: only put the sites on the machine (the other kit comes in
 # the next call, as both kits together exceed what one call can send)
@@ -93,7 +103,7 @@ if [ "$HOST_TIME" = 1 ] || [ "$STARTUP_STACKS" = 1 ]; then
   rm -rf /tmp/probe-host && mkdir -p /tmp/probe-host
   for i in "${!args[@]}"; do
     case ${args[$i]} in
-      *=/tmp/s[bpu] | *=/tmp/sp-[0-9]*)
+      *=/tmp/s[bpu] | *=/tmp/sp-[0-9]* | *=/tmp/sc-*)
         probe_site "${args[$i]#*=}" "${args[$i]#*=}-probe" || exit 4
         args[$i]=${args[$i]}-probe ;;
     esac

@@ -43,6 +43,26 @@ patched_site() {  # patched_site BASE SITE [NNNN]: a copy of BASE with the serie
   touch "$site/.series-applied"; log "$site: series applied${through:+ through $through}"
 }
 
+candidate_apply() {  # candidate_apply SITE PATCH: a trial patch (benchmark/candidates/,
+  # git format-patch on top of the series, upstream's layout) onto SITE/sglang;
+  # its tests (outside python/sglang/) are left out, as sglpatch does
+  local site=$1 patch
+  patch=$(realpath "$2") || return 1
+  (cd "$site" && GIT_CEILING_DIRECTORIES=$(dirname "$(realpath .)") \
+    git apply -p2 --include='sglang/*' --whitespace=nowarn "$patch")
+}
+
+candidate_site() {  # candidate_site BASE SITE PATCH: a copy of BASE with the whole
+  # series and then the trial patch PATCH applied, once per machine
+  local base=$1 site=$2 patch=$3
+  [ -f "$site/.candidate-applied" ] && { log "reuse $site"; return 0; }
+  rm -f "$site/.series-applied"  # a half-made site from an earlier call is made anew
+  patched_site "$base" "$site" || return 1
+  candidate_apply "$site" "$patch" >> "$OUT/${LOG_NAME:-device.log}" 2>&1 || {
+    log "ERROR: $(basename "$patch") does not apply on the series"; return 1; }
+  touch "$site/.candidate-applied"; log "$site: series and $(basename "$patch") applied"
+}
+
 share_site() {  # share_site FROM SITE: SITE's packages other than sglang, and sglang's
   # JIT kernel sources where SITE's equal FROM's, become links to FROM's files.
   # flashinfer and tvm-ffi key their compile caches by the resolved paths of the

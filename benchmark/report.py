@@ -187,6 +187,14 @@ def paired_section(data):
                 "repeats, in place of base: below 1.00 the patched build decoded faster than "
                 "upstream's.", "",
                 table(paired_header("upstream 0.5.13", False), paired_rows(upstream, False))]
+    trials = [e for e in results.paired_ratios(data, base="patched")
+              if results.CANDIDATE.match(e["variant"])]
+    if trials:
+        out += ["", "### Trial patches over the whole series", "",
+                "Each trial patch's server (the whole series and that patch, "
+                "`benchmark/candidates/`) paired with the whole series' in the same "
+                "repeats: below 1.00 the trial patch made decoding faster.", "",
+                table(paired_header("patched", False), paired_rows(trials, False))]
     return out
 
 

@@ -23,17 +23,24 @@ VARIANTS = ("base", "patched", "upstream-0.5.13")
 # A site with only the series' first NNNN patches, measured beside the others
 # (device_compare.sh with SIDE_BY_SIDE): a bisection of the series.
 THROUGH = re.compile(r"patched-through-(\d{4})$")
+# A site with the whole series and then a trial patch that is not in it
+# (benchmark/candidates/NAME.patch), measured beside the whole series.
+CANDIDATE = re.compile(r"candidate-([a-z0-9][a-z0-9-]*)$")
 
 
 def is_variant(name):
-    return name in VARIANTS or bool(THROUGH.match(str(name)))
+    return name in VARIANTS or bool(THROUGH.match(str(name))) \
+        or bool(CANDIDATE.match(str(name)))
 
 
 def variant_order(name):
-    """Sort key: base, the partial series by length, patched, upstream."""
+    """Sort key: base, the partial series by length, patched, trial patches
+    (by name), upstream."""
     m = THROUGH.match(str(name))
     if m:
         return (1, int(m.group(1)))
+    if CANDIDATE.match(str(name)):
+        return (3, str(name))
     return (VARIANTS.index(name) * 2 if name in VARIANTS else 9, 0)
 
 

@@ -239,3 +239,50 @@ def test_side_by_side_kv_refuses_a_full_card_and_a_bad_count(tmp_path):
     res = sh("side_by_side_kv 81559 2 60k", tmp_path)
     assert res.returncode == 1 and res.stdout == ""
     assert "KV_TOKENS=60k is not a token count" in res.stderr
+
+
+TRIAL = """\
+diff --git a/python/sglang/x.py b/python/sglang/x.py
+--- a/python/sglang/x.py
++++ b/python/sglang/x.py
+@@ -1 +1 @@
+-x = 1
++x = 2
+diff --git a/test/registered/unit/test_x.py b/test/registered/unit/test_x.py
+new file mode 100644
+--- /dev/null
++++ b/test/registered/unit/test_x.py
+@@ -0,0 +1 @@
++assert True
+"""
+
+
+def test_candidate_site_is_the_series_then_the_trial_patch(tmp_path):
+    stub = recording_python3(tmp_path, "$*")  # stands in for sglpatch apply
+    (tmp_path / "base" / "sglang").mkdir(parents=True)
+    (tmp_path / "base" / "sglang" / "x.py").write_text("x = 1\n")
+    (tmp_path / "out").mkdir()
+    (tmp_path / "trial.patch").write_text(TRIAL)
+    script = f"candidate_site {tmp_path}/base {tmp_path}/sc {tmp_path}/trial.patch"
+    res = sh(f"{script} && {script}", tmp_path, stub)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert (tmp_path / "sc" / "sglang" / "x.py").read_text() == "x = 2\n"
+    assert (tmp_path / "base" / "sglang" / "x.py").read_text() == "x = 1\n"
+    assert not (tmp_path / "sc" / "test").exists()  # its tests stay out of the site
+    # the series first, by the tool, once; the second call reuses the site
+    assert (tmp_path / "calls").read_text().splitlines() == [
+        f"-m sglpatch apply --sglang-dir {tmp_path}/sc/sglang"]
+    assert f"reuse {tmp_path}/sc" in res.stdout
+
+
+def test_candidate_site_refuses_a_trial_patch_that_does_not_apply(tmp_path):
+    stub = recording_python3(tmp_path, "$*")
+    (tmp_path / "base" / "sglang").mkdir(parents=True)
+    (tmp_path / "base" / "sglang" / "x.py").write_text("x = 3\n")  # not what it expects
+    (tmp_path / "out").mkdir()
+    (tmp_path / "trial.patch").write_text(TRIAL)
+    res = sh(f"candidate_site {tmp_path}/base {tmp_path}/sc {tmp_path}/trial.patch",
+             tmp_path, stub)
+    assert res.returncode == 1
+    assert "ERROR: trial.patch does not apply on the series" in res.stdout
+    assert not (tmp_path / "sc" / ".candidate-applied").exists()

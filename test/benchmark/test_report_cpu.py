@@ -104,6 +104,30 @@ def test_side_by_side_page_pairs_each_repeat_with_base():
     assert "## Paired repeats" not in report.render(data, "x.json")
 
 
+def test_page_pairs_a_trial_patch_with_the_whole_series():
+    data = {"card": "GPU", "date": "2026-11-27", "model_preset": "small",
+            "bench": {"side_by_side": True, "turn": "alternating"}, "greedy_equivalence": [],
+            "runs": [_point("candidate-fa3-skip-host-pull", [1.6, 2.2], [0, 1]),
+                     _point("base", [2.0, 2.0], [0, 1]), _point("patched", [2.0, 2.0], [0, 1])]}
+    page = report.render(data, "x.json")
+    # a trial patch's rows come after the whole series', before upstream
+    latency = page.split("## Decode latency", 1)[1].split("\n## ", 1)[0]
+    rows = [x for x in latency.splitlines() if x.startswith("| ")]
+    assert [x.split()[1] for x in rows[1:]] == ["base", "patched", "candidate-fa3-skip-host-pull"]
+    section = page.split("### Trial patches over the whole series", 1)[1]
+    # candidate / patched per repeat: 0.80 and 1.10; patched is not a row of it
+    assert "| TPOT / patched's, per repeat |" in section
+    assert "| candidate-fa3-skip-host-pull EAGLE3 triton pcg tp2 | 8 | 0.80 / 1.10 | 0.95 | 1 of 2 " \
+        in section
+    assert "| patched EAGLE3" not in section
+    # it is paired with base as every build is
+    assert "| candidate-fa3-skip-host-pull EAGLE3 triton pcg tp2 | 8 | 0.80 / 1.10 |" in \
+        page.split("## Paired repeats", 1)[1].split("### Trial", 1)[0]
+    # without a trial patch there is no such table
+    data["runs"] = data["runs"][1:]
+    assert "### Trial patches" not in report.render(data, "x.json")
+
+
 def test_page_pairs_patched_with_upstream_when_upstream_ran_beside_it():
     data = {"card": "GPU", "date": "2026-11-27", "model_preset": "small",
             "bench": {"side_by_side": True, "turn": "alternating"}, "greedy_equivalence": [],

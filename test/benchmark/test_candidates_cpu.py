@@ -1,0 +1,72 @@
+"""Trial patches (benchmark/candidates/): each still applies on top of the
+whole series, with the device scripts' own `candidate_apply`, and its unit
+tests pass on the sglang it makes; the harness takes `candidate-NAME` as a
+build of its own, after the whole series."""
+
+import glob
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(REPO, "benchmark"))
+import builds  # noqa: E402
+import results  # noqa: E402
+
+PATCHES = sorted(glob.glob(os.path.join(REPO, "benchmark", "candidates", "*.patch")))
+
+
+def installed_sglang():
+    """The sglang package of the running Python (the venv's, with the series
+    applied by `make venv`)."""
+    spec = importlib.util.find_spec("sglang")
+    if spec is None or not spec.submodule_search_locations:
+        pytest.skip("no sglang installed")
+    return list(spec.submodule_search_locations)[0]
+
+
+def test_there_is_a_trial_patch_and_its_name_is_a_variant():
+    assert PATCHES
+    for path in PATCHES:
+        name = "candidate-" + os.path.basename(path)[:-len(".patch")]
+        assert results.is_variant(name)
+        assert builds.parse_variant(f"{name}=/tmp/x") == (name, "/tmp/x")
+        with pytest.raises(SystemExit, match="needs =SITE"):
+            builds.parse_variant(name)
+    assert not results.is_variant("candidate-")
+    # ordered after the whole series, before upstream
+    order = sorted(["upstream-0.5.13", "candidate-b", "patched", "candidate-a", "base",
+                    "patched-through-0004"], key=results.variant_order)
+    assert order == ["base", "patched-through-0004", "patched", "candidate-a", "candidate-b",
+                     "upstream-0.5.13"]
+
+
+@pytest.mark.parametrize("patch", PATCHES, ids=os.path.basename)
+def test_trial_patch_applies_on_the_series_and_its_tests_pass(patch, tmp_path):
+    site = tmp_path / "site"
+    site.mkdir()
+    shutil.copytree(installed_sglang(), site / "sglang",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    res = subprocess.run(
+        ["bash", "-c", f'. benchmark/lib.sh; budget_start 100; candidate_apply "{site}" "{patch}"'],
+        cwd=REPO, env=dict(os.environ, OUT=str(tmp_path)), capture_output=True, text=True)
+    assert res.returncode == 0, res.stdout + res.stderr
+    # its tests, in upstream's layout, over this repository's copies of the series' tests
+    tests = tmp_path / "tests"
+    shutil.copytree(os.path.join(REPO, "test", "registered"), tests / "test" / "registered")
+    res = subprocess.run(["git", "apply", "-p1", "--include=test/*", patch], cwd=tests,
+                         env=dict(os.environ, GIT_CEILING_DIRECTORIES=str(tmp_path)),
+                         capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    touched = subprocess.run(["git", "apply", "--numstat", "-p1", "--include=test/*", patch],
+                             cwd=tests, capture_output=True, text=True).stdout.split("\n")
+    files = [str(tests / line.split("\t")[2]) for line in touched if line.strip()]
+    assert files
+    env = dict(os.environ, PYTHONPATH=str(site))
+    res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *files],
+                         cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-2000:]
