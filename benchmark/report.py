@@ -178,24 +178,29 @@ def paired_section(data):
                       "repeats, last in odd ones), the last column splits the ratios by "
                       "it: a ratio that moves with the turn is partly the turn's." if turns else ""), "",
            table(paired_header("base", turns), paired_rows(pairs, turns))]
-    # the turn split is base's (listed first), so it is left out here
-    upstream = [e for e in results.paired_ratios(data, base=UPSTREAM)
-                if e["variant"].startswith("patched")]
-    if upstream:
-        out += ["", "### Patched over upstream 0.5.13", "",
-                "The same pairing with upstream sglang 0.5.13's server, measured in the same "
-                "repeats, in place of base: below 1.00 the patched build decoded faster than "
-                "upstream's.", "",
-                table(paired_header("upstream 0.5.13", False), paired_rows(upstream, False))]
-    trials = [e for e in results.paired_ratios(data, base="patched")
-              if results.CANDIDATE.match(e["variant"])]
-    if trials:
-        out += ["", "### Trial patches over the whole series", "",
-                "Each trial patch's server (the whole series and that patch, "
-                "`benchmark/candidates/`) paired with the whole series' in the same "
-                "repeats: below 1.00 the trial patch made decoding faster.", "",
-                table(paired_header("patched", False), paired_rows(trials, False))]
+    # the turn split is base's (listed first), so it is left out of these
+    out += reference_section(
+        data, UPSTREAM, lambda v: v.startswith("patched"), "Patched over upstream 0.5.13",
+        "The same pairing with upstream sglang 0.5.13's server, measured in the same "
+        "repeats, in place of base: below 1.00 the patched build decoded faster than "
+        "upstream's.", "upstream 0.5.13")
+    out += reference_section(
+        data, "patched", lambda v: bool(results.CANDIDATE.match(v)),
+        "Trial patches over the whole series",
+        "Each trial patch's server (the whole series and that patch, "
+        "`benchmark/candidates/`) paired with the whole series' in the same "
+        "repeats: below 1.00 the trial patch made decoding faster.", "patched")
     return out
+
+
+def reference_section(data, reference, wanted, title, text, name):
+    """A paired table of the builds `wanted` (by variant name) over
+    `reference`'s server in the same repeats; nothing where none ran."""
+    pairs = [e for e in results.paired_ratios(data, base=reference) if wanted(e["variant"])]
+    if not pairs:
+        return []
+    return ["", f"### {title}", "", text, "",
+            table(paired_header(name, False), paired_rows(pairs, False))]
 
 
 PROFILE_COLUMNS = (
