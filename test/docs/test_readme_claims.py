@@ -1392,15 +1392,18 @@ def test_probes_readme_rows_for_0010_match_the_probes():
         assert probe_row(build, graph_probe(build)) in text
 
 
+def ready_times(stem):
+    """{build: seconds to ready} of a default-backend results file, each
+    build's first server start."""
+    starts = {}
+    for s in load(stem)["server_starts"]:
+        starts.setdefault(s["setting"].split("-default-")[0], s["start_s"])
+    return starts
+
+
 def test_kit_readme_fa3_graph_start_times_match_their_results():
     text = flat("benchmark/kit/README.md")
-
-    def ready(stem):
-        starts = {}
-        for s in load(stem)["server_starts"]:
-            starts.setdefault(s["setting"].split("-default-")[0], s["start_s"])
-        return starts
-    one, two = ready(GRAPH), ready(GRAPH_TP2)
+    one, two = ready_times(GRAPH), ready_times(GRAPH_TP2)
     assert (f"were ready in {one['base']:.0f}, {one['patched-through-0009']:.0f} and "
             f"{one['patched']:.0f} s side by side") in text
     assert f"base and the whole series in {two['base']:.0f} and {two['patched']:.0f} s" in text
@@ -1408,12 +1411,6 @@ def test_kit_readme_fa3_graph_start_times_match_their_results():
 
 BESIDE_UPSTREAM = "2026-11-27-h200-default-backend-whole-series-upstream"
 LLAMA = "2026-11-27-h200-llama-8b-shape"
-
-
-def interval_cell(pair):
-    """"1.00 [0.98, 1.03]": a pair's geometric mean and 90% interval."""
-    lo, hi = pair["interval_90"]
-    return f"{pair['geo_mean']:.2f} [{lo:.2f}, {hi:.2f}]"
 
 
 def test_whole_series_beside_upstream_is_what_the_docs_say_it_is():
@@ -1464,9 +1461,9 @@ def test_llama_8b_shape_run_and_its_claims():
     pairs = {e["attention_backend"]: e for e in report.results.paired_ratios(data)}
     fa3, triton = pairs["default"], pairs["triton"]
     assert len(fa3["ratios"]) == 6 and fa3["interval_90"][0] < 1 < fa3["interval_90"][1]
-    assert f"gives fa3 nothing: {interval_cell(fa3)}" in text
-    assert f"series is {interval_cell(fa3)} of base's TPOT with fa3" in arch
-    assert f"was {interval_cell(triton)} of base's TPOT, below 1.00 in " \
+    assert f"gives fa3 nothing: {report.interval_cell(fa3, 2)}" in text
+    assert f"series is {report.interval_cell(fa3, 2)} of base's TPOT with fa3" in arch
+    assert f"was {report.interval_cell(triton, 2)} of base's TPOT, below 1.00 in " \
         f"{triton['below_1']} of {len(triton['ratios'])} paired repeats" in text
     assert f"(Triton, in the first of those calls: {triton['geo_mean']:.2f})" in arch
     # the profiles: same GPU busy time, the patched host's one long stream synchronize
@@ -1513,9 +1510,7 @@ def test_llama_8b_shape_triton_stays_slower_than_fa3():
 
 def test_kit_readme_h200_start_times_match_their_results():
     text = flat("benchmark/kit/README.md")
-    starts = {}
-    for s in load(BESIDE_UPSTREAM)["server_starts"]:
-        starts.setdefault(s["setting"].split("-default-")[0], s["start_s"])
+    starts = ready_times(BESIDE_UPSTREAM)
     assert (f"were ready in {starts['base']:.0f}, {starts['patched']:.0f} and "
             f"{starts['upstream-0.5.13']:.0f} s") in text
     together = [s["start_s"] for s in load(LLAMA)["server_starts"] if s["side_by_side"] == 4]
