@@ -6,6 +6,7 @@
     python benchmark/e2e.py table RESULTS.json
     python benchmark/e2e.py merge INTO.json FROM.json...
     python benchmark/e2e.py report RESULTS.json [--md FILE] | --index DIR | --readmes
+    python benchmark/e2e.py reprofile RESULTS.json TRACE_DIR
 
 `run` builds (or reuses) a synthetic target/EAGLE3 pair (benchmark/models),
 then for each variant x attention backend x overlap x setting launches
@@ -23,6 +24,10 @@ with greedy checks through it and after an idle pause.  Results merge into
 time limit still leaves what it measured.  `report` renders a results file
 as Markdown (benchmark/results/*.md), the index of a results directory, and
 the current-results tables of README.md and benchmark/README.md.
+`reprofile` reads a call's traces again (the `profiles.tgz` of a device
+call, unpacked) and rewrites the summaries of the results file's profiles
+with the current `trace_steps.py`, so a measure added later covers traces
+already taken.
 
 Modules: run.py (the run loop), builds.py (variants, models), bench.py
 (bench_serving points), faults.py (--faults), sweep.py, report.py,
@@ -46,6 +51,7 @@ sys.path.insert(0, HERE)
 
 import report  # noqa: E402
 import results  # noqa: E402
+import trace_steps  # noqa: E402
 from builds import parse_variant  # noqa: E402
 from run import cmd_run  # noqa: E402
 from sweep import cmd_sweep  # noqa: E402
@@ -202,6 +208,12 @@ def build_parser():
     o.add_argument("--readmes", action="store_true",
                    help="regenerate the current-results tables in README.md and "
                    "benchmark/README.md")
+    f = sub.add_parser("reprofile", help="summarize a results file's profile traces "
+                       "again with the current trace_steps.py")
+    f.add_argument("results_json")
+    f.add_argument("trace_dir", help="where the profiles' trace files are (unpacked)")
+    f.add_argument("--call", default=None,
+                   help="only the profiles of this call (a pooled file's `call` label)")
     return ap
 
 
@@ -223,7 +235,8 @@ def main(argv=None):
         return cmd_sweep(a)
     if a.cmd == "report":
         return cmd_report(a, ap)
-    return {"merge": cmd_merge, "table": cmd_table, "plot": cmd_plot}[a.cmd](a, ap)
+    return {"merge": cmd_merge, "table": cmd_table, "plot": cmd_plot,
+            "reprofile": cmd_reprofile}[a.cmd](a, ap)
 
 
 def load(path):
@@ -248,6 +261,29 @@ def cmd_merge(a, ap):
     results.validate(data)
     results.write(a.into, data)  # `data` already holds what INTO held
     print(results.table(data))
+    return 0
+
+
+def cmd_reprofile(a, ap):
+    data = load(a.results_json)
+    profiles = [p for p in data.get("profiles") or []
+                if a.call is None or p.get("call") == a.call]
+    names = [p["trace"] for p in profiles]
+    if len(set(names)) < len(names):
+        ap.error("reprofile: calls of this file share trace names; name one with --call")
+    if not profiles:
+        ap.error(f"reprofile: {a.results_json} has no profiles"
+                 + (f" of call {a.call!r}" if a.call else ""))
+    missing = [n for n in names if not os.path.exists(os.path.join(a.trace_dir, n))]
+    if missing:
+        ap.error(f"reprofile: {a.trace_dir} lacks {', '.join(missing)}")
+    for p in profiles:  # the point's identity stays; every measure is read again
+        p.update(trace_steps.summarize(trace_steps.load(os.path.join(a.trace_dir, p["trace"])),
+                                       p["steps"]))
+        print(f"{p['trace']}: {p['gpu_idle_us_per_step']:.0f} us idle a forward, "
+              f"{p['idle_waiting_on_host_us_per_step']:.0f} us of it waiting on the host")
+    results.validate(data)
+    results.write(a.results_json, data)
     return 0
 
 

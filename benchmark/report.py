@@ -237,7 +237,30 @@ def profiles_section(data):
            "shares, not times). GPU idle % = GPU idle over the forward's window. Runtime "
            "calls, idle gaps and Python frames per trace are in the JSON.", "",
            table(header, rows)]
-    return out + waits_section(data["profiles"])
+    return out + closing_section(data["profiles"]) + waits_section(data["profiles"])
+
+
+def closing_section(profiles):
+    """What ended the GPU's idle gaps (trace_steps.closing_launches): the
+    runtime call that issued the work after each gap, and whether the host
+    issued it only after the GPU had gone idle."""
+    rows = []
+    for p in profiles:
+        calls = p.get("idle_us_per_step_by_closing_call") or {}
+        idle = p.get("gpu_idle_us_per_step")
+        kind = "stack" if p.get("with_stack") else "gpu"
+        rows += [[setting(p), kind, p.get("concurrency"), p.get("rank"), call, round(us, 1),
+                  round(100 * us / idle, 1) if idle else None]
+                 for call, us in sorted(calls.items(), key=lambda kv: -kv[1])[:WAIT_FRAMES]]
+    if not rows:
+        return []
+    return ["", "### What ended the idle gaps", "",
+            "For each GPU idle gap ≥ 20 µs, the runtime call that issued the work ending "
+            "it: issued after the GPU went idle, the GPU waited for the host to get there; "
+            "issued before, it waited on something else (a stream wait, a copy). The "
+            "profiler slows host calls, so read shares.", "",
+            table(["setting", "trace", "c", "rank", "ended by", "idle µs per forward",
+                   "share of GPU idle %"], rows)]
 
 
 def waits_section(profiles):

@@ -12,6 +12,12 @@ answers one question: is the step bound by the GPU or by the host?
 - **Host calls**: CUDA runtime calls per step by name (graph launches,
   kernel launches, synchronizes and how long the host sat in them), and the
   device-to-host copies the GPU performed per step.
+- **What ended each idle gap**: the GPU work that started at the end of
+  a gap of >= 20 us, by the runtime call that issued it (its correlation
+  id), and whether that call began after the GPU went idle (the GPU waited
+  for the host to issue it) or before (it waited on something else: a
+  stream wait, a copy).  `idle_waiting_on_host_us_per_step` sums the
+  former.  Needs no stack; works on a GPU-only trace.
 - **Python** (only in a trace taken with `with_stack`): the scheduler
   thread's Python frames.  Each GPU idle gap of >= 20 us is charged to the
   innermost sglang frame the scheduler was in at the middle of the gap, and
@@ -188,6 +194,34 @@ def charge_gaps(gaps, stacks, steps):
             "idle_us_per_step_by_spec_phase": top(by_spec)}
 
 
+def closing_launches(gaps, gpu, runtime, steps):
+    """Idle-gap time (>= GAP_CHARGED_US) by the runtime call that issued the
+    GPU work ending the gap, split by whether the call began after the gap
+    did (the GPU waited on the host) or before it."""
+    issued_by = {e["args"]["correlation"]: e for e in runtime
+                 if "correlation" in (e.get("args") or {})}
+    first_at = {}  # start time -> the GPU event starting there
+    for e in sorted(gpu, key=lambda e: float(e["ts"])):
+        first_at.setdefault(float(e["ts"]), e)
+    by_call = collections.Counter()
+    on_host = 0.0
+    for s, t in gaps:
+        if t - s < GAP_CHARGED_US:
+            continue
+        work = first_at.get(t)
+        call = issued_by.get(((work or {}).get("args") or {}).get("correlation"))
+        if call is None:
+            by_call["(no issuing call in the trace)"] += t - s
+        elif float(call["ts"]) >= s:
+            by_call[f"{call['name']}, issued after the GPU went idle"] += t - s
+            on_host += t - s
+        else:
+            by_call[f"{call['name']}, issued before the GPU went idle"] += t - s
+    return {"idle_waiting_on_host_us_per_step": per_step(on_host, steps),
+            "idle_us_per_step_by_closing_call": {k: per_step(v, steps)
+                                                 for k, v in by_call.most_common(15)}}
+
+
 def phase_times(stacks, steps):
     """Inclusive host time per step of each scheduler-loop phase."""
     spent = collections.Counter()
@@ -243,6 +277,7 @@ def summarize(events, steps):
         "host_sync_calls_per_step": per_step(len(syncs), steps),
         "host_sync_us_per_step": per_step(sum(float(e["dur"]) for e in syncs), steps),
         "runtime_calls": runtime_table(runtime, steps),
+        **closing_launches(gaps, gpu, runtime, steps),
     }
     python = complete(events, ("python_function",))
     frames = python_frames_of_host(python, host_thread(runtime))

@@ -170,6 +170,27 @@ def test_profile_table_gives_idle_share_and_stack_traces_list_where_the_gpu_wait
     assert "### Where the GPU waited" not in report.render(data, "x.json")
 
 
+def test_profile_page_says_what_ended_the_idle_gaps_largest_first():
+    closed = {"cudaGraphLaunch, issued after the GPU went idle": 900.0,
+              "cudaMemcpyAsync, issued before the GPU went idle": 300.0}
+    data = {"card": "GPU", "date": "2026-11-27", "model_preset": "small", "runs": [],
+            "greedy_equivalence": [],
+            "profiles": [_profile("base", False), _profile("patched", False)]}
+    data["profiles"][1]["idle_us_per_step_by_closing_call"] = closed
+    page = report.render(data, "x.json")
+    ended = page.split("### What ended the idle gaps", 1)[1].split("\n#", 1)[0]
+    rows = [line for line in ended.splitlines() if line.startswith("| patched")]
+    # shares of the profile's 3000 us idle; base, without the measure, has no rows
+    assert "| base " not in ended
+    assert rows == [
+        "| patched EAGLE3 default pcg | gpu | 1 | 0 | cudaGraphLaunch, issued after the GPU "
+        "went idle | 900.0 | 30.0 |",
+        "| patched EAGLE3 default pcg | gpu | 1 | 0 | cudaMemcpyAsync, issued before the GPU "
+        "went idle | 300.0 | 10.0 |"]
+    del data["profiles"][1]["idle_us_per_step_by_closing_call"]
+    assert "### What ended the idle gaps" not in report.render(data, "x.json")
+
+
 def _default_point(variant, tpots, c=1, tp=1):
     """A two-repeat point of the default attention backend."""
     run = _point(variant, tpots, [0, 1])

@@ -155,3 +155,74 @@ def test_cli_reads_a_gzipped_trace(tmp_path):
     out = subprocess.run([sys.executable, os.path.join(REPO, "benchmark", "trace_steps.py"),
                           str(path), "--steps", "2"], capture_output=True, text=True, check=True)
     assert json.loads(out.stdout)["gpu_idle_us_per_step"] == 195
+
+
+def issued(kernel, call, corr):
+    """Link a GPU event to the runtime call that issued it, as the profiler does."""
+    kernel["args"] = {"correlation": corr}
+    call["args"] = {"correlation": corr}
+    return [kernel, call]
+
+
+def test_idle_gaps_are_split_by_the_call_that_ended_them():
+    """Three gaps: 100-400 ends with a graph the host issued at 380 (the GPU
+    waited on the host), 450-600 with a kernel issued at 300, before the gap
+    (it waited on something else), 650-660 is launch latency (< 20 us)."""
+    events = (
+        [gpu("a", 0, 100)]
+        + issued(gpu("verify", 400, 50), x("cuda_runtime", "cudaGraphLaunch", 380, 15), 1)
+        + issued(gpu("wait", 600, 50, stream=9), x("cuda_runtime", "cudaLaunchKernel", 300, 5), 2)
+        + issued(gpu("b", 660, 40), x("cuda_runtime", "cudaLaunchKernel", 640, 5), 3)
+        + [gpu("c", 700, 10)]
+    )
+    s = trace_steps.summarize(events, steps=1)
+    assert s["idle_us_per_step_by_closing_call"] == {
+        "cudaGraphLaunch, issued after the GPU went idle": 300,
+        "cudaLaunchKernel, issued before the GPU went idle": 150,
+    }
+    assert s["idle_waiting_on_host_us_per_step"] == 300
+    # the hand-made trace of the other tests carries no correlation ids
+    plain = trace_steps.summarize(two_step_trace(), steps=2)
+    assert plain["idle_us_per_step_by_closing_call"] == {"(no issuing call in the trace)": 195}
+    assert plain["idle_waiting_on_host_us_per_step"] == 0
+
+
+def _reprofile(results_path, trace_dir, *extra):
+    return subprocess.run([sys.executable, os.path.join(REPO, "benchmark", "e2e.py"),
+                           "reprofile", str(results_path), str(trace_dir), *extra],
+                          capture_output=True, text=True)
+
+
+def test_reprofile_reads_the_traces_again_and_keeps_each_points_identity(tmp_path):
+    with gzip.open(tmp_path / "p-c1-gpu.trace.json.gz", "wt") as fh:
+        json.dump({"traceEvents": two_step_trace()}, fh)
+    profile = {"variant": "patched", "attention_backend": "default", "speculative": "EAGLE3",
+               "overlap": True, "piecewise_cuda_graph": True, "concurrency": 1, "rank": 0,
+               "with_stack": False, "trace": "p-c1-gpu.trace.json.gz", "steps": 2,
+               "call": "call 2", "gpu_idle_us_per_step": 1.0}  # a stale summary
+    data = {"card": "GPU", "date": "2026-11-27", "model_preset": "small", "runs": [],
+            "greedy_equivalence": [], "profiles": [profile]}
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(data))
+    out = _reprofile(path, tmp_path)
+    assert out.returncode == 0, out.stderr
+    [again] = json.loads(path.read_text())["profiles"]
+    assert again["gpu_idle_us_per_step"] == 195
+    assert again["idle_us_per_step_by_closing_call"] == {"(no issuing call in the trace)": 195}
+    assert {k: again[k] for k in profile if k != "gpu_idle_us_per_step"} == \
+        {k: v for k, v in profile.items() if k != "gpu_idle_us_per_step"}
+    # a trace that is not there is named, and the file is left as it was
+    before = path.read_text()
+    out = _reprofile(path, tmp_path / "elsewhere")
+    assert out.returncode != 0 and "lacks p-c1-gpu.trace.json.gz" in out.stderr
+    out = _reprofile(path, tmp_path, "--call", "call 3")
+    assert out.returncode != 0 and "has no profiles of call 'call 3'" in out.stderr
+    assert path.read_text() == before
+    # two calls pooled into one file may name their traces alike: pick one
+    data["profiles"].append(dict(profile, call="call 3", gpu_idle_us_per_step=1.0))
+    path.write_text(json.dumps(data))
+    out = _reprofile(path, tmp_path)
+    assert out.returncode != 0 and "name one with --call" in out.stderr
+    assert _reprofile(path, tmp_path, "--call", "call 3").returncode == 0
+    first, third = json.loads(path.read_text())["profiles"]
+    assert (first["gpu_idle_us_per_step"], third["gpu_idle_us_per_step"]) == (1.0, 195)
