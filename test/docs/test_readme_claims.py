@@ -1516,3 +1516,92 @@ def test_kit_readme_h200_start_times_match_their_results():
     together = [s["start_s"] for s in load(LLAMA)["server_starts"] if s["side_by_side"] == 4]
     assert len(together) == 4
     assert f"were ready in {min(together):.0f} to {max(together):.0f} s" in text
+
+
+TRIAL = "candidate-fa3-skip-host-pull"
+TRIAL_LLAMA = "2026-11-27-h200-fa3-skip-host-pull-llama-8b-shape"
+TRIAL_SMALL = "2026-11-27-h200-fa3-skip-host-pull-small"
+TRIAL_TP2 = "2026-11-27-h200x2-tp2-fa3-skip-host-pull"
+
+
+def over_whole_series(stem):
+    """{concurrency: the trial patch's paired TPOT over the whole series'}."""
+    return {e["concurrency"]: e for e in report.results.paired_ratios(load(stem), base="patched")
+            if e["variant"] == TRIAL}
+
+
+def trial_cell(e):
+    """A cell of the trial patch's table in benchmark/candidates/README.md:
+    with an interval from 3 repeats, the geo mean alone below that."""
+    n = len(e["ratios"])
+    return f"{report.interval_cell(e, 2)} ({n})" if n >= 3 else f"{e['geo_mean']:.2f} ({n})"
+
+
+def test_trial_patch_calls_are_what_its_readme_says():
+    text = flat("benchmark/candidates/README.md")
+    for stem, preset, tp, digest in ((TRIAL_LLAMA, "llama-8b-shape", 1, "61c37811b172bcb0"),
+                                     (TRIAL_SMALL, "small", 1, "874917e713ccfffd"),
+                                     (TRIAL_TP2, "small", 2, "874917e713ccfffd")):
+        data = load(stem)
+        assert data["card"] == "NVIDIA H200" and data["model_preset"] == preset
+        assert {r["variant"] for r in data["runs"]} == {"base", "patched", TRIAL}
+        assert {r["attention_backend"] for r in data["runs"]} == {"default"}
+        assert {r.get("tp", 1) for r in data["runs"]} == {tp}
+        assert {g["sha256"] for g in data["greedy_runs"]} == {digest}
+        assert len(data["greedy_runs"]) == 3 and digest in text
+        assert all(g["prompts_off_own_chain"] == 0 for g in data["greedy_runs"])
+        lines = evidence_lines(stem + "-server-lines.log")
+        assert sum("Use fa3 backend by default" in x for x in lines) == 3
+        assert not any("whole page-table rows" in x for x in lines)
+        pull = {x.split(":")[0]: "host pull off" in x for x in lines if "sglpatch: " in x}
+        assert pull == {f"server-{v}-default-ov1-EAGLE3-pcg1.log": v == TRIAL
+                        for v in ("patched", TRIAL)}
+    llama, small, tp2 = (over_whole_series(s) for s in (TRIAL_LLAMA, TRIAL_SMALL, TRIAL_TP2))
+    rows = [("`llama-8b-shape`, H200", [trial_cell(llama[1]), "—", "—"]),
+            ("`small`, H200", [trial_cell(small[c]) for c in (1, 8, 32)]),
+            ("`small`, TP=2, H200 ×2", [trial_cell(tp2[1]), trial_cell(tp2[8]), "—"])]
+    for name, cells in rows:
+        assert f"| {name} | {' | '.join(cells)} |" in text
+    # faster than the whole series in every TP=1 repeat, slower in every TP=2 one
+    assert all(x < 1 for e in (*llama.values(), *small.values()) for x in e["ratios"])
+    assert all(x > 1 for e in tp2.values() for x in e["ratios"])
+    ratios = [x for e in tp2.values() for x in e["ratios"]]
+    assert f"each of the {len(ratios)} paired repeats ({min(ratios):.2f} to {max(ratios):.2f})" \
+        in text
+    over_base = {(e["variant"], e["concurrency"]): e["geo_mean"]
+                 for e in report.results.paired_ratios(load(TRIAL_TP2))}
+    assert (f"({over_base[(TRIAL, 1)]:.2f} and {over_base[(TRIAL, 8)]:.2f} against the whole "
+            f"series' {over_base[('patched', 1)]:.2f} and {over_base[('patched', 8)]:.2f})") in text
+    tp2_cell = report.interval_cell(tp2[1], 2)
+    assert f"at TP=2 ({tp2_cell} at concurrency 1" in readme()
+    assert f"slower than the whole series ({tp2_cell} at concurrency 1" in \
+        flat("docs/architecture.md")
+    assert f"takes the step to {report.interval_cell(llama[1], 2)} of the whole series' TPOT" \
+        in readme()
+    assert f"`llama-8b-shape` it is {report.interval_cell(llama[1], 2)} of the whole series' " \
+        "TPOT" in flat("docs/architecture.md")
+
+
+def test_trial_patch_profile_claims():
+    text, arch = flat("benchmark/candidates/README.md"), flat("docs/architecture.md")
+    data = load(TRIAL_LLAMA)
+    prof = {p["variant"]: p for p in data["profiles"]}
+    trial, whole, base = prof[TRIAL], prof["patched"], prof["base"]
+    medians = {r["variant"]: r["tpot_ms_median"] for r in data["runs"]}
+    assert (f"median TPOT is {medians[TRIAL]:.2f} ms against {medians['patched']:.2f} (whole "
+            f"series) and {medians['base']:.2f} (base)") in text
+    assert (f"has {trial['host_sync_calls_per_step']:.0f} host sync a forward, "
+            f"{trial['host_sync_us_per_step'] / 1000:.2f} ms, where the whole series has "
+            f"{whole['host_sync_calls_per_step']:.0f}, {whole['host_sync_us_per_step'] / 1000:.2f} ms"
+            ) in text
+    assert f"host syncs fall to {trial['host_sync_us_per_step'] / 1000:.2f} ms a forward" in arch
+    assert (f"idle {report.idle_share(trial):.1f}% of a forward ({report.idle_share(whole):.1f}% "
+            f"whole series, {report.idle_share(base):.1f}% base)") in text
+    waiting, idle = trial["idle_waiting_on_host_us_per_step"], trial["gpu_idle_us_per_step"]
+    launch = trial["idle_us_per_step_by_closing_call"][
+        "cudaGraphLaunch, issued after the GPU went idle"]
+    assert launch == max(trial["idle_us_per_step_by_closing_call"].values())
+    assert (f"{waiting / 1000:.2f} ms of its {idle / 1000:.2f} ms idle a forward ends with work "
+            f"the host issued only after the GPU had gone idle, {launch / 1000:.2f} ms of it a "
+            "`cudaGraphLaunch`") in text
+    assert f"({waiting / 1000:.2f} of {idle / 1000:.2f} ms a forward, profiled)" in arch
