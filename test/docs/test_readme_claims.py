@@ -1580,6 +1580,9 @@ def test_trial_patch_calls_are_what_its_readme_says():
         in readme()
     assert f"`llama-8b-shape` it is {report.interval_cell(llama[1], 2)} of the whole series' " \
         "TPOT" in flat("docs/architecture.md")
+    # the TP=1-only variant's reason
+    assert f"({report.interval_cell(llama[1], 2)} of the whole series' TPOT with " \
+        "`llama-8b-shape`) without its measured loss at TP=2" in text
 
 
 def test_trial_patch_profile_claims():
