@@ -1608,3 +1608,19 @@ def test_trial_patch_profile_claims():
             f"the host issued only after the GPU had gone idle, {launch / 1000:.2f} ms of it a "
             "`cudaGraphLaunch`") in text
     assert f"({waiting / 1000:.2f} of {idle / 1000:.2f} ms a forward, profiled)" in arch
+
+
+def test_the_trial_patch_calls_whole_series_over_base_is_in_the_readme():
+    data = load(TRIAL_SMALL)
+    whole = {e["concurrency"]: e for e in report.results.paired_ratios(data)
+             if e["variant"] == "patched"}
+    assert [len(whole[c]["ratios"]) for c in (1, 8, 32)] == [2, 2, 1]
+    geo = " / ".join(f"{whole[c]['geo_mean']:.2f}" for c in (1, 8, 32))
+    tpots = {r["concurrency"]: [x["tpot_ms"] for x in r["samples"]]
+             for r in data["runs"] if r["variant"] == "patched"}
+    assert (f"gave the whole series {geo} of base, its own repeats scattering from "
+            f"{min(tpots[1]):.2f} to {max(tpots[1]):.2f} ms at concurrency 1 and from "
+            f"{min(tpots[8]):.2f} to {max(tpots[8]):.2f} ms at 8") in readme()
+    # it is not one of the table's files
+    assert TRIAL_SMALL + ".json" not in report.DEFAULT_BACKEND
+    assert BESIDE_UPSTREAM + ".json" in report.DEFAULT_BACKEND
