@@ -241,7 +241,7 @@ def profiles_section(data):
 
 
 def closing_section(profiles):
-    """What ended the GPU's idle gaps (trace_steps.closing_launches): the
+    """What ended the GPU's idle gaps (trace_steps.closing_calls): the
     runtime call that issued the work after each gap, and whether the host
     issued it only after the GPU had gone idle."""
     rows = []

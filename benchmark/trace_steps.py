@@ -194,7 +194,7 @@ def charge_gaps(gaps, stacks, steps):
             "idle_us_per_step_by_spec_phase": top(by_spec)}
 
 
-def closing_launches(gaps, gpu, runtime, steps):
+def closing_calls(gaps, gpu, runtime, steps):
     """Idle-gap time (>= GAP_CHARGED_US) by the runtime call that issued the
     GPU work ending the gap, split by whether the call began after the gap
     did (the GPU waited on the host) or before it."""
@@ -277,7 +277,7 @@ def summarize(events, steps):
         "host_sync_calls_per_step": per_step(len(syncs), steps),
         "host_sync_us_per_step": per_step(sum(float(e["dur"]) for e in syncs), steps),
         "runtime_calls": runtime_table(runtime, steps),
-        **closing_launches(gaps, gpu, runtime, steps),
+        **closing_calls(gaps, gpu, runtime, steps),
     }
     python = complete(events, ("python_function",))
     frames = python_frames_of_host(python, host_thread(runtime))
