@@ -240,18 +240,25 @@ def profiles_section(data):
     return out + closing_section(data["profiles"]) + waits_section(data["profiles"])
 
 
+def largest_idle(p, charged):
+    """The WAIT_FRAMES largest entries of a profile's idle time charged by
+    some rule ({name: µs per forward}), largest first, each as [name, µs,
+    share of the profile's GPU idle %]."""
+    idle = p.get("gpu_idle_us_per_step")
+    ranked = sorted(charged.items(), key=lambda kv: -kv[1])[:WAIT_FRAMES]
+    return [[name, round(us, 1), round(100 * us / idle, 1) if idle else None]
+            for name, us in ranked]
+
+
 def closing_section(profiles):
     """What ended the GPU's idle gaps (trace_steps.closing_calls): the
     runtime call that issued the work after each gap, and whether the host
     issued it only after the GPU had gone idle."""
     rows = []
     for p in profiles:
-        calls = p.get("idle_us_per_step_by_closing_call") or {}
-        idle = p.get("gpu_idle_us_per_step")
         kind = "stack" if p.get("with_stack") else "gpu"
-        rows += [[setting(p), kind, p.get("concurrency"), p.get("rank"), call, round(us, 1),
-                  round(100 * us / idle, 1) if idle else None]
-                 for call, us in sorted(calls.items(), key=lambda kv: -kv[1])[:WAIT_FRAMES]]
+        rows += [[setting(p), kind, p.get("concurrency"), p.get("rank")] + entry
+                 for entry in largest_idle(p, p.get("idle_us_per_step_by_closing_call") or {})]
     if not rows:
         return []
     return ["", "### What ended the idle gaps", "",
@@ -270,10 +277,8 @@ def waits_section(profiles):
     rows = []
     for p in profiles:
         frames = ((p.get("python") or {}).get("idle_us_per_step_by_frame") or {})
-        idle = p.get("gpu_idle_us_per_step")
-        ranked = sorted(frames.items(), key=lambda kv: -kv[1])[:WAIT_FRAMES]
-        rows += [[setting(p), p.get("concurrency"), p.get("rank"), frame, round(us, 1),
-                  round(100 * us / idle, 1) if idle else None] for frame, us in ranked]
+        rows += [[setting(p), p.get("concurrency"), p.get("rank")] + entry
+                 for entry in largest_idle(p, frames)]
     if not rows:
         return []
     return ["", "### Where the GPU waited", "",

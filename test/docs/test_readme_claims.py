@@ -1524,17 +1524,11 @@ TRIAL_SMALL = "2026-11-27-h200-fa3-skip-host-pull-small"
 TRIAL_TP2 = "2026-11-27-h200x2-tp2-fa3-skip-host-pull"
 
 
-def over_whole_series(stem):
-    """{concurrency: the trial patch's paired TPOT over the whole series'}."""
-    return {e["concurrency"]: e for e in report.results.paired_ratios(load(stem), base="patched")
-            if e["variant"] == TRIAL}
-
-
 def trial_cell(e):
     """A cell of the trial patch's table in benchmark/candidates/README.md:
     with an interval from 3 repeats, the geo mean alone below that."""
     n = len(e["ratios"])
-    return f"{report.interval_cell(e, 2)} ({n})" if n >= 3 else f"{e['geo_mean']:.2f} ({n})"
+    return report.paired_cell(e) if n >= 3 else f"{e['geo_mean']:.2f} ({n})"
 
 
 def test_trial_patch_calls_are_what_its_readme_says():
@@ -1556,7 +1550,8 @@ def test_trial_patch_calls_are_what_its_readme_says():
         pull = {x.split(":")[0]: "host pull off" in x for x in lines if "sglpatch: " in x}
         assert pull == {f"server-{v}-default-ov1-EAGLE3-pcg1.log": v == TRIAL
                         for v in ("patched", TRIAL)}
-    llama, small, tp2 = (over_whole_series(s) for s in (TRIAL_LLAMA, TRIAL_SMALL, TRIAL_TP2))
+    llama, small, tp2 = (pairs_of(load(s), TRIAL, "patched")
+                         for s in (TRIAL_LLAMA, TRIAL_SMALL, TRIAL_TP2))
     rows = [("`llama-8b-shape`, H200", [trial_cell(llama[1]), "—", "—"]),
             ("`small`, H200", [trial_cell(small[c]) for c in (1, 8, 32)]),
             ("`small`, TP=2, H200 ×2", [trial_cell(tp2[1]), trial_cell(tp2[8]), "—"])]
@@ -1568,10 +1563,10 @@ def test_trial_patch_calls_are_what_its_readme_says():
     ratios = [x for e in tp2.values() for x in e["ratios"]]
     assert f"each of the {len(ratios)} paired repeats ({min(ratios):.2f} to {max(ratios):.2f})" \
         in text
-    over_base = {(e["variant"], e["concurrency"]): e["geo_mean"]
-                 for e in report.results.paired_ratios(load(TRIAL_TP2))}
-    assert (f"({over_base[(TRIAL, 1)]:.2f} and {over_base[(TRIAL, 8)]:.2f} against the whole "
-            f"series' {over_base[('patched', 1)]:.2f} and {over_base[('patched', 8)]:.2f})") in text
+    trial_base, whole_base = (pairs_of(load(TRIAL_TP2), v) for v in (TRIAL, "patched"))
+    assert (f"({trial_base[1]['geo_mean']:.2f} and {trial_base[8]['geo_mean']:.2f} against the "
+            f"whole series' {whole_base[1]['geo_mean']:.2f} and "
+            f"{whole_base[8]['geo_mean']:.2f})") in text
     tp2_cell = report.interval_cell(tp2[1], 2)
     assert f"at TP=2 ({tp2_cell} at concurrency 1" in readme()
     assert f"slower than the whole series ({tp2_cell} at concurrency 1" in \
@@ -1612,13 +1607,11 @@ def test_trial_patch_profile_claims():
 
 def test_the_trial_patch_calls_whole_series_over_base_is_in_the_readme():
     data = load(TRIAL_SMALL)
-    whole = {e["concurrency"]: e for e in report.results.paired_ratios(data)
-             if e["variant"] == "patched"}
+    whole = pairs_of(data, "patched")
     assert [len(whole[c]["ratios"]) for c in (1, 8, 32)] == [2, 2, 1]
-    geo = " / ".join(f"{whole[c]['geo_mean']:.2f}" for c in (1, 8, 32))
     tpots = {r["concurrency"]: [x["tpot_ms"] for x in r["samples"]]
              for r in data["runs"] if r["variant"] == "patched"}
-    assert (f"gave the whole series {geo} of base, its own repeats scattering from "
+    assert (f"gave the whole series {geo_means(whole)} of base, its own repeats scattering from "
             f"{min(tpots[1]):.2f} to {max(tpots[1]):.2f} ms at concurrency 1 and from "
             f"{min(tpots[8]):.2f} to {max(tpots[8]):.2f} ms at 8") in readme()
     # it is not one of the table's files
