@@ -214,6 +214,9 @@ def build_parser():
     f.add_argument("trace_dir", help="where the profiles' trace files are (unpacked)")
     f.add_argument("--call", default=None,
                    help="only the profiles of this call (a pooled file's `call` label)")
+    f.add_argument("--skip-missing", action="store_true",
+                   help="leave the profiles whose traces did not come back as they are "
+                        "(a call whose profiles.tgz held only the GPU-only traces)")
     return ap
 
 
@@ -275,9 +278,14 @@ def cmd_reprofile(a, ap):
         ap.error(f"reprofile: {a.results_json} has no profiles"
                  + (f" of call {a.call!r}" if a.call else ""))
     missing = [n for n in names if not os.path.exists(os.path.join(a.trace_dir, n))]
-    if missing:
+    if missing and not a.skip_missing:
         ap.error(f"reprofile: {a.trace_dir} lacks {', '.join(missing)}")
-    for p in profiles:  # the point's identity stays; every measure is read again
+    if len(missing) == len(names):
+        ap.error(f"reprofile: {a.trace_dir} holds none of the file's traces")
+    for name in missing:
+        print(f"{name}: not in {a.trace_dir}, left as it was")
+    for p in (p for p in profiles if p["trace"] not in missing):
+        # the point's identity stays; every measure is read again
         p.update(trace_steps.summarize(trace_steps.load(os.path.join(a.trace_dir, p["trace"])),
                                        p["steps"]))
         print(f"{p['trace']}: {p['gpu_idle_us_per_step']:.0f} us idle a forward, "

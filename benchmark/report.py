@@ -237,7 +237,39 @@ def profiles_section(data):
            "shares, not times). GPU idle % = GPU idle over the forward's window. Runtime "
            "calls, idle gaps and Python frames per trace are in the JSON.", "",
            table(header, rows)]
-    return out + closing_section(data["profiles"]) + waits_section(data["profiles"])
+    return (out + ranks_section(data["profiles"]) + closing_section(data["profiles"])
+            + waits_section(data["profiles"]))
+
+
+def ranks_section(profiles):
+    """Tensor-parallel profiles: the ranks of one trace side by side, and
+    which rank's host set the pace (the one whose GPU idled most; the
+    others waited for it inside their collective kernels, counted busy)."""
+    groups = {}
+    for p in profiles:
+        if (p.get("tp") or 1) > 1 and p.get("rank") is not None:
+            kind = "stack" if p.get("with_stack") else "gpu"
+            key = (setting(p), kind, p.get("concurrency"), p.get("call"))
+            groups.setdefault(key, []).append(p)
+    rows = []
+    for (name, kind, c, call), ranks in groups.items():
+        pace = max(ranks, key=lambda p: p.get("gpu_idle_us_per_step") or 0)
+        for p in sorted(ranks, key=lambda p: p["rank"]):
+            rows.append([name, kind, c, p["rank"], idle_share(p), p.get("gpu_busy_us_per_step"),
+                         p.get("gpu_collective_us_per_step"),
+                         "yes" if p is pace and len(ranks) > 1 else "", call])
+    if not rows:
+        return []
+    return ["", "### Ranks", "",
+            "With tensor parallelism every forward passes through all-reduces, so the "
+            "ranks' GPUs move in lockstep: a rank whose host issues its work late leaves "
+            "its own GPU idle, and the other ranks' GPUs wait for it inside their "
+            "collective kernels, which the trace counts as busy. The rank with the most "
+            "GPU idle sets the pace; its GPU idle % is the share of the forward the GPUs "
+            "waited on a host. \"In collectives\" is the collective kernels' time (their "
+            "waits included; `—`, or no such column, where the traces predate the measure).", "",
+            table(["setting", "trace", "c", "rank", "GPU idle %", "GPU busy µs",
+                   "in collectives µs", "sets the pace", "call"], rows)]
 
 
 def largest_idle(p, charged):

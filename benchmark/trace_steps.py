@@ -18,6 +18,12 @@ answers one question: is the step bound by the GPU or by the host?
   for the host to issue it) or before (it waited on something else: a
   stream wait, a copy).  `idle_waiting_on_host_us_per_step` sums the
   former.  Needs no stack; works on a GPU-only trace.
+- **Collectives** (tensor parallelism): the time the GPU spent in
+  all-reduce / all-gather kernels.  Such a kernel waits on the GPU for the
+  other ranks' matching one, and the trace counts that wait as busy; so at
+  TP>1 a rank whose host is ahead shows a busy GPU that is only waiting for
+  the others, and the rank with the most idle time is the one whose host
+  sets the pace.
 - **Python** (only in a trace taken with `with_stack`): the scheduler
   thread's Python frames.  Each GPU idle gap of >= 20 us is charged to the
   innermost sglang frame the scheduler was in at the middle of the gap, and
@@ -41,6 +47,10 @@ GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
 RUNTIME_CATS = ("cuda_runtime", "cuda_driver")
 GAP_CHARGED_US = 20.0  # smaller gaps are launch latency, not host work
 GAP_BUCKETS_US = (5, 20, 50, 200, 1000)
+# kernel-name marks of collectives: NCCL's kernels, sglang's custom
+# all-reduce (cross_device_reduce_*) and the other all_reduce_* kernels
+COLLECTIVE_MARKS = ("nccl", "all_reduce", "allreduce", "cross_device_reduce",
+                    "all_gather", "allgather", "reduce_scatter", "reducescatter")
 
 
 def load(path):
@@ -89,6 +99,11 @@ def is_device_to_host(e):
     n = e.get("name", "")
     return e.get("cat") == "gpu_memcpy" and ("DtoH" in n or "Device -> Pinned" in n
                                             or "Device -> Pageable" in n)
+
+
+def is_collective(e):
+    name = e.get("name", "").lower()
+    return e.get("cat") == "kernel" and any(m in name for m in COLLECTIVE_MARKS)
 
 
 class PythonStacks:
@@ -273,6 +288,8 @@ def summarize(events, steps):
         "gpu_busy_fraction": round(busy / window, 4) if window else None,
         "gpu_kernels_per_step": per_step(sum(1 for e in gpu if e["cat"] == "kernel"), steps),
         "device_to_host_copies_per_step": per_step(sum(1 for e in gpu if is_device_to_host(e)), steps),
+        "gpu_collective_us_per_step": per_step(sum(float(e["dur"]) for e in gpu
+                                                   if is_collective(e)), steps),
         "idle_gaps": buckets,
         "host_sync_calls_per_step": per_step(len(syncs), steps),
         "host_sync_us_per_step": per_step(sum(float(e["dur"]) for e in syncs), steps),

@@ -191,6 +191,26 @@ def test_profile_page_says_what_ended_the_idle_gaps_largest_first():
     assert "### What ended the idle gaps" not in report.render(data, "x.json")
 
 
+def test_tensor_parallel_profiles_name_the_rank_whose_host_set_the_pace():
+    """Rank 0's GPU is busy 3000 of 4000 us, 2500 of them in collectives
+    (waiting for rank 1); rank 1's GPU idles 3200 us: rank 1 sets the pace."""
+    ranks = [dict(_profile("patched", False), tp=2, rank=0, gpu_busy_us_per_step=3000.0,
+                  gpu_idle_us_per_step=1000.0, gpu_collective_us_per_step=2500.0),
+             dict(_profile("patched", False), tp=2, rank=1, gpu_busy_us_per_step=800.0,
+                  gpu_idle_us_per_step=3200.0, gpu_collective_us_per_step=300.0)]
+    data = {"card": "GPU", "date": "2026-11-27", "model_preset": "small", "runs": [],
+            "greedy_equivalence": [], "profiles": [_profile("base", False)] + ranks}
+    section = report.render(data, "x.json").split("### Ranks", 1)[1].split("\n#", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("| patched")]
+    assert rows == [  # base, on one GPU, is not a row; no call label, no call column
+        "| patched EAGLE3 default pcg tp2 | gpu | 1 | 0 | 25.0 | 3000.0 | 2500.0 |  |",
+        "| patched EAGLE3 default pcg tp2 | gpu | 1 | 1 | 80.0 | 800.0 | 300.0 | yes |"]
+    assert "| base " not in section
+    # one GPU: no such table
+    data["profiles"] = data["profiles"][:1]
+    assert "### Ranks" not in report.render(data, "x.json")
+
+
 def _default_point(variant, tpots, c=1, tp=1):
     """A two-repeat point of the default attention backend."""
     run = _point(variant, tpots, [0, 1])

@@ -187,6 +187,20 @@ def test_idle_gaps_are_split_by_the_call_that_ended_them():
     assert plain["idle_waiting_on_host_us_per_step"] == 0
 
 
+def test_collective_kernels_time_is_measured_apart():
+    """Tensor parallelism: NCCL's and the custom all-reduce kernels count as
+    collectives (their wait for the other ranks included); a GEMM does not."""
+    events = two_step_trace() + [
+        gpu("ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)", 820, 60),
+        gpu("void cross_device_reduce_1stage<__nv_bfloat16, 2>(...)", 900, 30),
+        gpu("void (anonymous namespace)::all_reduce_one_shot_push_kernel<...>", 940, 10),
+        gpu("nvjet_sm90_tst_64x8_64x16_4x1_v_bz_TNT", 950, 50),
+    ]
+    s = trace_steps.summarize(events, steps=2)
+    assert s["gpu_collective_us_per_step"] == 50  # (60 + 30 + 10) / 2
+    assert trace_steps.summarize(two_step_trace(), steps=2)["gpu_collective_us_per_step"] == 0
+
+
 def _reprofile(results_path, trace_dir, *extra):
     return subprocess.run([sys.executable, os.path.join(REPO, "benchmark", "e2e.py"),
                            "reprofile", str(results_path), str(trace_dir), *extra],
@@ -226,3 +240,32 @@ def test_reprofile_reads_the_traces_again_and_keeps_each_points_identity(tmp_pat
     assert _reprofile(path, tmp_path, "--call", "call 3").returncode == 0
     first, third = json.loads(path.read_text())["profiles"]
     assert (first["gpu_idle_us_per_step"], third["gpu_idle_us_per_step"]) == (1.0, 195)
+
+
+def test_reprofile_can_leave_the_traces_that_did_not_come_back(tmp_path):
+    """A call whose profiles.tgz held only its GPU-only traces: --skip-missing
+    reads those and leaves the stack profiles as they were."""
+    with gzip.open(tmp_path / "p-c1-gpu.trace.json.gz", "wt") as fh:
+        json.dump({"traceEvents": two_step_trace()}, fh)
+    gpu_only = {"variant": "patched", "attention_backend": "default", "speculative": "EAGLE3",
+                "overlap": True, "piecewise_cuda_graph": True, "concurrency": 1, "rank": 0,
+                "with_stack": False, "trace": "p-c1-gpu.trace.json.gz", "steps": 2,
+                "gpu_idle_us_per_step": 1.0}
+    stack = dict(gpu_only, with_stack=True, trace="p-c1-stack.trace.json.gz")
+    data = {"card": "GPU", "date": "2026-11-27", "model_preset": "small", "runs": [],
+            "greedy_equivalence": [], "profiles": [gpu_only, stack]}
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(data))
+    out = _reprofile(path, tmp_path)
+    assert out.returncode != 0 and "lacks p-c1-stack.trace.json.gz" in out.stderr
+    out = _reprofile(path, tmp_path, "--skip-missing")
+    assert out.returncode == 0, out.stderr
+    assert "p-c1-stack.trace.json.gz: not in" in out.stdout
+    again, kept = json.loads(path.read_text())["profiles"]
+    assert again["gpu_idle_us_per_step"] == 195 and "gpu_collective_us_per_step" in again
+    assert kept == stack
+    # a folder with none of the traces is an error even so, the file untouched
+    before = path.read_text()
+    out = _reprofile(path, tmp_path / "elsewhere", "--skip-missing")
+    assert out.returncode != 0 and "holds none of the file's traces" in out.stderr
+    assert path.read_text() == before
