@@ -6,7 +6,7 @@
     python benchmark/e2e.py table RESULTS.json
     python benchmark/e2e.py merge INTO.json FROM.json...
     python benchmark/e2e.py report RESULTS.json [--md FILE] | --index DIR | --readmes
-    python benchmark/e2e.py reprofile RESULTS.json TRACE_DIR [--call LABEL]
+    python benchmark/e2e.py reprofile RESULTS.json TRACE_DIR [--call LABEL] [--skip-missing]
 
 `run` builds (or reuses) a synthetic target/EAGLE3 pair (benchmark/models),
 then for each variant x attention backend x overlap x setting launches
