@@ -1664,6 +1664,39 @@ def test_trial_patch_rerun_is_what_its_readme_says():
                for p in ahead.values())
 
 
+TRITON_PROFILE = "2026-11-27-h200x2-triton-small-profile"
+
+
+def test_triton_profile_claims_match_the_results():
+    """docs/architecture.md, "The decode step waits on the host": the
+    Triton profile of the whole series beside base."""
+    arch, data = flat("docs/architecture.md"), load(TRITON_PROFILE)
+    assert data["card"] == "NVIDIA H200" and data["model_preset"] == "small"
+    assert {p["attention_backend"] for p in data["profiles"]} == {"triton"}
+    assert len(data["greedy_runs"]) == 2 and len({g["sha256"] for g in data["greedy_runs"]}) == 1
+    # no timed repeat of the whole series: profiles, not speeds
+    assert not [r for r in data["runs"] if r["variant"] == "patched"]
+    prof = {(p["variant"], p["with_stack"]): p for p in data["profiles"]}
+    whole, base = prof[("patched", False)], prof[("base", False)]
+    closing = whole["idle_us_per_step_by_closing_call"]
+    after = {k.split(",")[0]: v for k, v in closing.items() if "after the GPU went idle" in k}
+    assert max(after, key=after.get) == "cudaLaunchKernel"
+    assert (f"the whole series' GPU is busy {whole['gpu_busy_us_per_step'] / 1000:.2f} ms of a "
+            f"{whole['window_us_per_step'] / 1000:.2f} ms profiled forward and idle "
+            f"{report.idle_share(whole):.1f}% of it (base {report.idle_share(base):.1f}%), with "
+            f"{whole['host_sync_calls_per_step']:.0f} host sync a forward against base's "
+            f"{base['host_sync_calls_per_step']:.0f}") in arch
+    assert (f"Of its {whole['gpu_idle_us_per_step'] / 1000:.2f} ms idle a forward, "
+            f"{whole['idle_waiting_on_host_us_per_step'] / 1000:.2f} ms end with work") in arch
+    assert (f"({after['cudaLaunchKernel'] / 1000:.2f} ms before a `cudaLaunchKernel`), then "
+            f"copies ({after['cudaMemcpyAsync'] / 1000:.2f} ms) and graph launches "
+            f"({after['cudaGraphLaunch'] / 1000:.2f} ms)") in arch
+    frames = prof[("patched", True)]["python"]["idle_us_per_step_by_frame"]
+    top = [k.split(": ")[1] for k, _ in sorted(frames.items(), key=lambda kv: -kv[1])[:5]]
+    assert top[:3] == ["send_output", "init_forward_metadata_replay_cuda_graph", "replay"]
+    assert "prepare_for_v2_draft" in top
+
+
 def test_trial_patch_profile_claims():
     text, arch = flat("benchmark/candidates/README.md"), flat("docs/architecture.md")
     data = load(TRIAL_LLAMA)
