@@ -48,7 +48,8 @@
 # Returns under $OUT (the folder whose files come back from the GPU machine,
 # benchmark/kit/README.md): the results JSON (+ PNG if matplotlib is there),
 # compare.log, env.txt, probe.tgz (SYNC_TRACE), server-logs.tgz and
-# profiles.tgz (e2e --profile-steps: the torch-profiler traces).
+# profiles.tgz (e2e --profile-steps: the torch-profiler traces; the stack
+# traces in profiles-stack.tgz where all would not fit one file).
 KIT=$1
 LOG_NAME=compare.log
 . "$(dirname "$0")/lib.sh"
@@ -166,13 +167,6 @@ if [ "$STARTUP_STACKS" = 1 ]; then
   python3 benchmark/probes/startup_stacks.py /tmp/probe-host --rank 0 >> "$OUT/compare.log" 2>&1
 fi
 tar_logs "$WORK"  # also those of PAIRS copies (pair<i>/*.log)
-if [ -d "$WORK/profiles" ]; then  # e2e --profile-steps: the traces (one file back, < 16 MiB)
-  (cd "$WORK" && tar czf "$OUT/profiles.tgz" profiles)
-  [ "$(stat -c %s "$OUT/profiles.tgz")" -lt 15000000 ] || {
-    log "profiles.tgz too big: plain traces only"
-    # plain traces: <tag>-c<C>-gpu.trace.json.gz, per rank -gpu-rank<R> at --tp > 1
-    (cd "$WORK" && tar czf "$OUT/profiles.tgz" profiles/*-gpu.trace.json.gz \
-      profiles/*-gpu-rank*.trace.json.gz 2>/dev/null); }
-fi
+pack_profiles "$WORK"  # e2e --profile-steps: the traces, in one or two files back
 log "done rc=$rc"
 exit $rc

@@ -165,6 +165,49 @@ probe_site() {  # probe_site SITE COPY: a hard-linked copy of SITE with the proj
   for f in $PROBE_FILES; do cp "benchmark/probes/$f" "$copy/" || return 1; done
 }
 
+# what one file back from the device may hold (16 MiB, less a margin)
+PROFILES_MAX_BYTES=${PROFILES_MAX_BYTES:-15000000}
+
+pack_profiles() {  # pack_profiles WORK: WORK/profiles (e2e --profile-steps) into $OUT
+  # profiles.tgz, all traces in one file where they fit; else the GPU-only
+  # traces there and the stack traces in profiles-stack.tgz, or those of
+  # rank 0 only, or none: each file back must stay under its limit, and a
+  # call returns at most 8 files (probe.tgz, where there is one, takes the 8th)
+  local work=$1
+  [ -d "$work/profiles" ] || return 0
+  (cd "$work" && tar czf "$OUT/profiles.tgz" profiles)
+  fits "$OUT/profiles.tgz" && return 0
+  # GPU-only traces: <tag>-c<C>-gpu.trace.json.gz, per rank -gpu-rank<R> at --tp > 1
+  tar_traces "$work" "$OUT/profiles.tgz" '*-gpu.trace.json.gz' '*-gpu-rank*.trace.json.gz'
+  if [ -e "$OUT/probe.tgz" ]; then
+    log "profiles.tgz too big: GPU-only traces only (probe.tgz takes the last file back)"
+    return 0
+  fi
+  if tar_traces "$work" "$OUT/profiles-stack.tgz" '*-stack*.trace.json.gz' \
+      && fits "$OUT/profiles-stack.tgz"; then
+    log "profiles.tgz too big: GPU-only traces there, the stack traces in profiles-stack.tgz"
+  elif tar_traces "$work" "$OUT/profiles-stack.tgz" '*-stack.trace.json.gz' \
+      '*-stack-rank0.trace.json.gz' && fits "$OUT/profiles-stack.tgz"; then
+    log "profiles.tgz too big: GPU-only traces there, rank 0's stack traces in profiles-stack.tgz"
+  else
+    rm -f "$OUT/profiles-stack.tgz"
+    log "profiles.tgz too big: GPU-only traces only (the stack traces do not fit one file)"
+  fi
+}
+
+fits() {  # fits FILE: small enough to come back from the device
+  [ "$(stat -c %s "$1")" -lt "$PROFILES_MAX_BYTES" ]
+}
+
+tar_traces() {  # tar_traces WORK TGZ PATTERN...: WORK/profiles/PATTERN... into TGZ;
+  # fails where no trace matches
+  local work=$1 tgz=$2; shift 2
+  rm -f "$tgz"
+  (cd "$work" && shopt -s nullglob && traces=() \
+    && for g in "$@"; do traces+=(profiles/$g); done \
+    && [ ${#traces[@]} -gt 0 ] && tar czf "$tgz" "${traces[@]}")
+}
+
 tar_logs() {  # tar_logs WORK: the server and bench logs under WORK, one folder deep
   # included (copies of a run in WORK/<name>/), into $OUT/server-logs.tgz
   (cd "$1" && find . -maxdepth 2 -name '*.log' -print0 | xargs -0 tar czf "$OUT/server-logs.tgz")

@@ -286,3 +286,63 @@ def test_candidate_site_refuses_a_trial_patch_that_does_not_apply(tmp_path):
     assert res.returncode == 1
     assert "ERROR: trial.patch does not apply on the series" in res.stdout
     assert not (tmp_path / "sc" / ".candidate-applied").exists()
+
+
+def _traces(tmp_path, names, size):
+    """WORK/profiles with these trace files, each `size` random bytes (so
+    gzip cannot shrink them)."""
+    profiles = tmp_path / "work" / "profiles"
+    profiles.mkdir(parents=True)
+    for n in names:
+        (profiles / n).write_bytes(os.urandom(size))
+    (tmp_path / "out").mkdir()
+
+
+def _packed(tgz):
+    import tarfile
+    if not tgz.exists():
+        return None
+    with tarfile.open(tgz) as tf:
+        return sorted(os.path.basename(n) for n in tf.getnames() if n.endswith(".gz"))
+
+
+GPU_TRACES = ["p-c1-gpu-rank0.trace.json.gz", "p-c1-gpu-rank1.trace.json.gz"]
+STACK_TRACES = ["p-c1-stack-rank0.trace.json.gz", "p-c1-stack-rank1.trace.json.gz"]
+
+
+def test_pack_profiles_keeps_every_trace_in_one_file_where_they_fit(tmp_path):
+    _traces(tmp_path, GPU_TRACES + STACK_TRACES, 1000)
+    res = sh(f"PROFILES_MAX_BYTES=100000 pack_profiles {tmp_path}/work", tmp_path)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert _packed(tmp_path / "out" / "profiles.tgz") == sorted(GPU_TRACES + STACK_TRACES)
+    assert not (tmp_path / "out" / "profiles-stack.tgz").exists()
+
+
+def test_pack_profiles_sends_the_stack_traces_in_a_second_file(tmp_path):
+    """All four traces exceed one file; two fit: GPU-only in profiles.tgz,
+    the stack traces in profiles-stack.tgz."""
+    _traces(tmp_path, GPU_TRACES + STACK_TRACES, 3000)
+    res = sh(f"PROFILES_MAX_BYTES=8000 pack_profiles {tmp_path}/work", tmp_path)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert _packed(tmp_path / "out" / "profiles.tgz") == GPU_TRACES
+    assert _packed(tmp_path / "out" / "profiles-stack.tgz") == STACK_TRACES
+    assert "the stack traces in profiles-stack.tgz" in res.stdout
+
+
+def test_pack_profiles_falls_back_to_rank_0s_stack_trace_then_to_none(tmp_path):
+    _traces(tmp_path, GPU_TRACES + STACK_TRACES, 5000)
+    res = sh(f"PROFILES_MAX_BYTES=9000 pack_profiles {tmp_path}/work", tmp_path)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert _packed(tmp_path / "out" / "profiles.tgz") == GPU_TRACES
+    assert _packed(tmp_path / "out" / "profiles-stack.tgz") == ["p-c1-stack-rank0.trace.json.gz"]
+    # with probe.tgz taking the last file back, no second file
+    (tmp_path / "out" / "profiles-stack.tgz").unlink()
+    (tmp_path / "out" / "probe.tgz").write_text("")
+    res = sh(f"PROFILES_MAX_BYTES=9000 pack_profiles {tmp_path}/work", tmp_path)
+    assert not (tmp_path / "out" / "profiles-stack.tgz").exists()
+    assert "probe.tgz takes the last file back" in res.stdout
+    # a single stack trace larger than a file: none goes back
+    (tmp_path / "out" / "probe.tgz").unlink()
+    res = sh(f"PROFILES_MAX_BYTES=4000 pack_profiles {tmp_path}/work", tmp_path)
+    assert not (tmp_path / "out" / "profiles-stack.tgz").exists()
+    assert "the stack traces do not fit one file" in res.stdout
