@@ -212,6 +212,11 @@ PROFILE_COLUMNS = (
 )
 
 
+def trace_kind(p):
+    """A profile's trace: "stack" (CPU ops and Python frames) or "gpu" (GPU only)."""
+    return "stack" if p.get("with_stack") else "gpu"
+
+
 def idle_share(p):
     """The GPU's idle time as a share of the forward's window, in percent."""
     window, idle = p.get("window_us_per_step"), p.get("gpu_idle_us_per_step")
@@ -225,9 +230,8 @@ WAIT_FRAMES = 8
 def profiles_section(data):
     rows = []
     for p in data["profiles"]:
-        kind = "stack" if p.get("with_stack") else "gpu"
         gaps = (p.get("idle_gaps") or {}).get(">=50us", {}).get("idle_us_per_step")
-        rows.append([setting(p), kind] + [p.get(k) for _, k in PROFILE_COLUMNS[:7]]
+        rows.append([setting(p), trace_kind(p)] + [p.get(k) for _, k in PROFILE_COLUMNS[:7]]
                     + [idle_share(p), gaps] + [p.get(k) for _, k in PROFILE_COLUMNS[7:]])
     header = (["setting", "trace"] + [h for h, _ in PROFILE_COLUMNS[:7]]
               + ["GPU idle %", "idle in gaps ≥ 50 µs"] + [h for h, _ in PROFILE_COLUMNS[7:]])
@@ -248,8 +252,7 @@ def ranks_section(profiles):
     groups = {}
     for p in profiles:
         if (p.get("tp") or 1) > 1 and p.get("rank") is not None:
-            kind = "stack" if p.get("with_stack") else "gpu"
-            key = (setting(p), kind, p.get("concurrency"), p.get("call"))
+            key = (setting(p), trace_kind(p), p.get("concurrency"), p.get("call"))
             groups.setdefault(key, []).append(p)
     rows = []
     for (name, kind, c, call), ranks in groups.items():
@@ -288,8 +291,7 @@ def closing_section(profiles):
     issued it only after the GPU had gone idle."""
     rows = []
     for p in profiles:
-        kind = "stack" if p.get("with_stack") else "gpu"
-        rows += [[setting(p), kind, p.get("concurrency"), p.get("rank")] + entry
+        rows += [[setting(p), trace_kind(p), p.get("concurrency"), p.get("rank")] + entry
                  for entry in largest_idle(p, p.get("idle_us_per_step_by_closing_call") or {})]
     if not rows:
         return []

@@ -4,6 +4,7 @@ made by the project's tool (`sglpatch apply [--through NNNN]`)."""
 
 import os
 import subprocess
+import tarfile
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -299,7 +300,6 @@ def _traces(tmp_path, names, size):
 
 
 def _packed(tgz):
-    import tarfile
     if not tgz.exists():
         return None
     with tarfile.open(tgz) as tf:
