@@ -242,7 +242,7 @@ def profiles_section(data):
            "calls, idle gaps and Python frames per trace are in the JSON.", "",
            table(header, rows)]
     return (out + ranks_section(data["profiles"]) + closing_section(data["profiles"])
-            + waits_section(data["profiles"]))
+            + waits_section(data["profiles"]) + host_work_section(data["profiles"]))
 
 
 def ranks_section(profiles):
@@ -322,6 +322,36 @@ def waits_section(profiles):
             "read shares). The JSON holds the first 15.", "",
             table(["setting", "c", "rank", "frame", "idle µs per forward",
                    "share of GPU idle %"], rows)]
+
+
+def host_work_section(profiles):
+    """Stack traces only: the launching thread's self time per forward by
+    kind of work (trace_steps.host_self_time), each kind's share of it, and
+    its operator, Triton and graph launches per forward."""
+    rows = []
+    for p in profiles:
+        py = p.get("python") or {}
+        kinds = py.get("host_self_us_per_step_by_kind")
+        if not kinds:
+            continue
+        total = py.get("host_self_us_per_step") or sum(kinds.values())
+        launches = [py.get("operator_calls_per_step"), py.get("triton_launches_per_step"),
+                    py.get("graph_launches_per_step")]
+        rows += [[setting(p), p.get("concurrency"), p.get("rank"), kind, round(us, 1),
+                  round(100 * us / total, 1) if total else None] + launches
+                 for kind, us in sorted(kinds.items(), key=lambda kv: -kv[1])]
+    if not rows:
+        return []
+    return ["", "### What the host did", "",
+            "Stack traces: the launching thread's time per forward by the kind of work its "
+            "innermost event was doing (a frame's time less that of the calls inside it; "
+            "PyTorch Python includes its bindings, such as tensor methods; other built-ins "
+            "count with their caller). The profiler slows Python calls most, so read "
+            "shares. The last columns count, per forward, the PyTorch operators called from "
+            "Python, the Triton kernel launches and the CUDA graph launches. The JSON holds "
+            "the sglang frames with the most self time.", "",
+            table(["setting", "c", "rank", "kind of host work", "self µs per forward",
+                   "share %", "operators", "Triton launches", "graph launches"], rows)]
 
 
 FAULT_COLUMNS = (

@@ -33,6 +33,15 @@ answers one question: is the step bound by the GPU or by the host?
   what the host was busy with while the GPU starved.  Python
   tracing slows the host several-fold, so read these as shares, and take
   per-step times from a trace without it.
+- **What the host did** (with `with_stack` too): the launching thread's
+  time by the kind of work its innermost event was doing (self time: a
+  frame's time less that of the calls inside it): CUDA graph launches,
+  other CUDA runtime calls (kernel launches, copies), host syncs, PyTorch
+  operators (their C++ dispatch), the Triton launcher's Python, sglang's
+  own Python, PyTorch's Python (with its bindings: tensor methods, torch
+  functions) and the rest; other built-in functions (len, isinstance)
+  count with the frame that called them.  Also the operator, Triton and graph
+  launches per forward, and the sglang frames with the most self time.
 
 Standard library only, so a trace can be read anywhere.
 """
@@ -266,6 +275,99 @@ def python_frames_of_host(python, thread):
     return [e for e in python if key(e) == busiest]
 
 
+# kinds of host work, by the innermost event's own name and category
+HOST_KINDS = ("CUDA graph launches", "other CUDA runtime calls", "host syncs",
+              "PyTorch operators (C++)", "Triton launcher (Python)",
+              "sglang Python", "PyTorch Python", "other Python")
+
+
+# built-ins that are PyTorch's bindings (a tensor method, a torch function,
+# the CUDA runtime's Python API, a pybind11 call such as a graph replay)
+TORCH_BUILTIN_MARKS = ("of Tensor object", "of Event object", "of Stream object",
+                       "_cuda_", "pybind11", "_has_torch_function")
+
+
+def python_kind(name):
+    if name.startswith("<built-in"):
+        if any(m in name for m in TORCH_BUILTIN_MARKS) or (
+                "of type object" in name and "__new__" not in name):
+            return "PyTorch Python"
+        return None  # len, isinstance, dict.get, ...: its caller's kind
+    where = name.partition(": ")[0] if "): " in name else ""
+    if "triton/" in where:
+        return "Triton launcher (Python)"
+    if "sglang/" in where:
+        return "sglang Python"
+    if "torch/" in where:
+        return "PyTorch Python"
+    return None  # a built-in or stdlib frame: its caller's kind, if any
+
+
+def host_event_kind(e, caller_kind):
+    name, cat = e["name"], e.get("cat")
+    if cat in RUNTIME_CATS:
+        if "Synchronize" in name:
+            return "host syncs"
+        return "CUDA graph launches" if "GraphLaunch" in name else "other CUDA runtime calls"
+    if cat == "cpu_op":
+        return "PyTorch operators (C++)"
+    return python_kind(name) or caller_kind or "other Python"
+
+
+def is_triton_launch(e):
+    """The Triton JIT's launch of one kernel (`JITFunction.run`)."""
+    where, _, func = e["name"].partition(": ")
+    return e.get("cat") == "python_function" and "triton/runtime/jit.py" in where and func == "run"
+
+
+def host_self_time(events, thread, steps):
+    """The launching thread's self time per step by kind of work
+    (HOST_KINDS), its launches per step, and the sglang frames with the
+    most self time."""
+    mine = sorted((e for e in events
+                   if e.get("cat") in ("python_function", "cpu_op") + RUNTIME_CATS
+                   and (e.get("pid"), e.get("tid")) == thread),
+                  key=lambda e: (float(e["ts"]), -float(e["dur"])))
+    by_kind = collections.Counter()
+    by_frame = collections.Counter()
+    ops = triton = graphs = 0
+    open_ = []  # [event, kind, self time so far, sglang frame charged] of the enclosing events
+    def close(entry):
+        e, kind, own, frame = entry
+        by_kind[kind] += own
+        if frame is not None:
+            by_frame[frame] += own
+    for e in mine:
+        t, dur = float(e["ts"]), float(e["dur"])
+        while open_ and float(open_[-1][0]["ts"]) + float(open_[-1][0]["dur"]) <= t:
+            close(open_.pop())
+        parent = open_[-1] if open_ else None
+        if parent is not None:
+            parent[2] -= dur
+        kind = host_event_kind(e, parent[1] if parent else None)
+        frame = None
+        if e.get("cat") == "python_function":
+            if is_sglang(e["name"]):
+                frame = short_frame(e["name"])
+            elif kind == "sglang Python" and parent is not None:
+                frame = parent[3]  # a built-in sglang called: its caller's
+        if e.get("cat") == "cpu_op" and (parent is None or parent[0].get("cat") != "cpu_op"):
+            ops += 1
+        triton += is_triton_launch(e)
+        graphs += "GraphLaunch" in e["name"] and e.get("cat") in RUNTIME_CATS
+        open_.append([e, kind, dur, frame])
+    while open_:
+        close(open_.pop())
+    return {"host_self_us_per_step_by_kind": {k: per_step(by_kind[k], steps)
+                                              for k in HOST_KINDS if by_kind[k]},
+            "host_self_us_per_step": per_step(sum(by_kind.values()), steps),
+            "operator_calls_per_step": per_step(ops, steps),
+            "triton_launches_per_step": per_step(triton, steps),
+            "graph_launches_per_step": per_step(graphs, steps),
+            "host_self_us_per_step_by_sglang_frame": {k: per_step(v, steps)
+                                                      for k, v in by_frame.most_common(15)}}
+
+
 def summarize(events, steps):
     gpu = complete(events, GPU_CATS)
     if not gpu:
@@ -301,7 +403,8 @@ def summarize(events, steps):
     if frames:
         stacks = PythonStacks(frames)
         out["python"] = {"host_us_per_step_by_loop_phase": phase_times(stacks, steps),
-                         **charge_gaps(gaps, stacks, steps)}
+                         **charge_gaps(gaps, stacks, steps),
+                         **host_self_time(events, host_thread(runtime), steps)}
     return out
 
 

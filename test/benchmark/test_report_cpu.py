@@ -254,3 +254,24 @@ def test_default_backend_table_gives_a_row_per_tp_and_the_patches_run(tmp_path):
     assert rows[2].startswith("| [y](results/y.md) | NVIDIA H200 | llama-8b-shape | 0001-0010 | 1 | 0.50 ")
     assert rows[3].startswith("| [y](results/y.md) | NVIDIA H200 | llama-8b-shape | 0001-0010 | 2 | 0.61 ")
     assert len(rows) == 4  # patched-through-0009 is not the patched build
+
+
+def test_stack_profiles_say_what_the_host_did_by_kind_of_work():
+    kinds = {"sglang Python": 600.0, "CUDA graph launches": 100.0,
+             "PyTorch operators (C++)": 300.0}
+    stack = _profile("patched", True, {})
+    stack["python"].update({"host_self_us_per_step_by_kind": kinds,
+                            "host_self_us_per_step": 1000.0, "operator_calls_per_step": 150.0,
+                            "triton_launches_per_step": 8.5, "graph_launches_per_step": 3.0})
+    data = {"card": "GPU", "date": "2026-11-27", "model_preset": "small", "runs": [],
+            "greedy_equivalence": [], "profiles": [_profile("base", False), stack]}
+    section = report.render(data, "x.json").split("### What the host did", 1)[1]
+    rows = [line for line in section.splitlines() if line.startswith("| patched")]
+    # largest first, each with its share of the host's time and the launches
+    assert rows == [
+        "| patched EAGLE3 default pcg | 1 | 0 | sglang Python | 600.0 | 60.0 | 150.0 | 8.5 | 3.0 |",
+        "| patched EAGLE3 default pcg | 1 | 0 | PyTorch operators (C++) | 300.0 | 30.0 | 150.0 | 8.5 | 3.0 |",
+        "| patched EAGLE3 default pcg | 1 | 0 | CUDA graph launches | 100.0 | 10.0 | 150.0 | 8.5 | 3.0 |"]
+    # profiles from before the measure (or GPU-only) have no such table
+    del stack["python"]["host_self_us_per_step_by_kind"]
+    assert "### What the host did" not in report.render(data, "x.json")

@@ -269,3 +269,47 @@ def test_reprofile_can_leave_the_traces_that_did_not_come_back(tmp_path):
     out = _reprofile(path, tmp_path / "elsewhere", "--skip-missing")
     assert out.returncode != 0 and "holds none of the file's traces" in out.stderr
     assert path.read_text() == before
+
+
+def host_work_trace():
+    """One forward, 0..1000 us, on the launching thread: run_batch (sglang,
+    0-1000) calls torch's cumsum binding (100-300), whose aten::cumsum
+    (120-280) issues a cudaLaunchKernel (150-200); then len() (300-310,
+    a built-in: counts as run_batch's); then Triton's JITFunction.run
+    (400-600) with its driver launch (450-500, cuLaunchKernelEx); then a
+    cudaGraphLaunch (700-760) and a cudaStreamSynchronize (800-900).  A
+    nested aten op (aten::copy_ inside aten::to) is one operator call."""
+    return [
+        gpu("k", 0, 1000),
+        py(f"{SCHED}(1500): run_batch", 0, 1000),
+        py("<built-in method cumsum of type object at 0x7f>", 100, 200),
+        x("cpu_op", "aten::cumsum", 120, 160),
+        x("cuda_runtime", "cudaLaunchKernel", 150, 50),
+        py("<built-in function len>", 300, 10),
+        x("cpu_op", "aten::to", 320, 40),
+        x("cpu_op", "aten::copy_", 330, 20),
+        py("/usr/lib/python3/site-packages/triton/runtime/jit.py(695): run", 400, 200),
+        x("cuda_driver", "cuLaunchKernelEx", 450, 50),
+        x("cuda_runtime", "cudaGraphLaunch", 700, 60),
+        x("cuda_runtime", "cudaStreamSynchronize", 800, 100),
+        # another thread's work never counts
+        py(f"{SCHED}(77): watchdog", 0, 1000, pid=7, tid=99),
+    ]
+
+
+def test_host_self_time_is_split_by_the_kind_of_work():
+    p = trace_steps.summarize(host_work_trace(), steps=1)["python"]
+    assert p["host_self_us_per_step_by_kind"] == {
+        "CUDA graph launches": 60,
+        "other CUDA runtime calls": 100,       # cudaLaunchKernel 50 + cuLaunchKernelEx 50
+        "host syncs": 100,
+        "PyTorch operators (C++)": 150,        # cumsum 160-50, to 40-20, copy_ 20
+        "Triton launcher (Python)": 150,       # run 200 less its driver call
+        "sglang Python": 400,                  # run_batch 1000 - 610 below it, + len 10
+        "PyTorch Python": 40}                  # the cumsum binding 200 - 160
+    assert p["host_self_us_per_step"] == 1000  # every microsecond once
+    assert p["operator_calls_per_step"] == 2      # cumsum, to (copy_ is inside to)
+    assert p["triton_launches_per_step"] == 1
+    assert p["graph_launches_per_step"] == 1
+    assert p["host_self_us_per_step_by_sglang_frame"] == {
+        "srt/managers/scheduler.py: run_batch": 400}

@@ -1697,6 +1697,31 @@ def test_triton_profile_claims_match_the_results():
     assert "prepare_for_v2_draft" in top
 
 
+def test_triton_profile_host_work_claims():
+    """docs/architecture.md: what the whole series' host did per forward,
+    from the same stack trace ("What the host did")."""
+    arch, data = flat("docs/architecture.md"), load(TRITON_PROFILE)
+    py = next(p for p in data["profiles"]
+              if p["variant"] == "patched" and p["with_stack"])["python"]
+    total, kinds = py["host_self_us_per_step"], py["host_self_us_per_step_by_kind"]
+    share = {k: round(100 * v / total) for k, v in kinds.items()}
+    assert (f"per forward the scheduler thread issues {py['operator_calls_per_step']:.0f} "
+            f"PyTorch operators, {py['triton_launches_per_step']} Triton launches and "
+            f"{py['graph_launches_per_step']} CUDA graph launches") in arch
+    assert (f"sglang's own Python ({share['sglang Python']}%), the operators' C++ dispatch "
+            f"({share['PyTorch operators (C++)']}%), PyTorch's Python bindings "
+            f"({share['PyTorch Python']}%), other CUDA runtime calls "
+            f"({share['other CUDA runtime calls']}%), the Triton launcher's Python "
+            f"({share['Triton launcher (Python)']}%) and graph launches "
+            f"({share['CUDA graph launches']}%)") in arch
+    top = max(py["host_self_us_per_step_by_sglang_frame"].values())
+    assert f"the most self time has {round(100 * top / total)}% of it" in arch
+    # the order the text gives them in is the largest first
+    assert sorted(kinds, key=kinds.get, reverse=True)[:6] == [
+        "sglang Python", "PyTorch operators (C++)", "PyTorch Python",
+        "other CUDA runtime calls", "Triton launcher (Python)", "CUDA graph launches"]
+
+
 def test_trial_patch_profile_claims():
     text, arch = flat("benchmark/candidates/README.md"), flat("docs/architecture.md")
     data = load(TRIAL_LLAMA)
