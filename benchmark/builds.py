@@ -94,12 +94,20 @@ def ensure_models(a, log):
         if all(meta.get(k) == v for k, v in want.items()):
             log(f"models: reusing {d}")
             return d, meta
-    sys.path.insert(0, os.path.join(HERE, "models"))
-    import make_models
-
+    # In a child process: weights generated on the GPU stay in this
+    # process's CUDA cache otherwise (22 GB for llama-8b-shape), on GPU 0
+    # only, and a tensor-parallel server then refuses to start ("The
+    # memory capacity is unbalanced").
+    argv = [sys.executable, os.path.join(HERE, "models", "make_models.py"),
+            "--preset", a.preset, "--out", d, "--draft-accuracy", str(a.draft_accuracy),
+            "--device", a.model_device, "--spec-steps", str(a.spec_steps)]
+    if a.accept_steps is not None:
+        argv += ["--accept-steps", str(a.accept_steps)]
     t0 = time.time()
-    meta = make_models.build(a.preset, d, a.accept_steps, a.draft_accuracy,
-                             device=a.model_device, spec_steps=a.spec_steps)
+    done = subprocess.run(argv, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"models: building {d} failed: {done.stderr.strip()[-2000:]}")
+    meta = json.loads(done.stdout.strip().splitlines()[-1])
     log(f"models: built {d} in {time.time() - t0:.1f}s: {json.dumps(meta)}")
     return d, meta
 

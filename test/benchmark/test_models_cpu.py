@@ -7,6 +7,7 @@ torch / transformers / safetensors / tokenizers are missing.
 """
 
 import importlib.util
+import json
 import os
 
 import pytest
@@ -35,3 +36,37 @@ def test_tiny_pair_greedy_and_accept_length(tmp_path, accept_steps, lo, hi):
     assert r["greedy_matches_f"] == 2, r
     assert r["min_logit_margin"] > 5, r
     assert lo <= r["accept_length"] <= hi, r
+
+
+def test_the_harness_builds_the_models_in_a_child_process(tmp_path):
+    """benchmark/builds.ensure_models: the weights are generated in another
+    process, so the harness holds no GPU memory while tensor-parallel
+    servers start (sglang refuses to start when one GPU has less free
+    memory than the others); a second call reuses the build."""
+    missing = [m for m in NEEDS if importlib.util.find_spec(m) is None]
+    if missing:
+        pytest.skip(f"model construction check needs {', '.join(missing)}")
+    import subprocess
+    import sys
+
+    code = (
+        "import argparse, json, sys\n"
+        f"sys.path.insert(0, {os.path.join(REPO, 'benchmark')!r})\n"
+        "import builds\n"
+        "a = argparse.Namespace(preset='tiny', models_dir=sys.argv[1], work_dir=sys.argv[1],\n"
+        "                       accept_steps=1, draft_accuracy=1.0, spec_steps=3,\n"
+        "                       model_device='cpu')\n"
+        "lines = []\n"
+        "d, meta = builds.ensure_models(a, lines.append)\n"
+        "again = builds.ensure_models(a, lines.append)\n"
+        "print(json.dumps({'meta': meta, 'again': again[1], 'lines': lines,\n"
+        "                  'torch_loaded': 'torch' in sys.modules}))\n")
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True,
+                         text=True, check=True)
+    r = json.loads(out.stdout.strip().splitlines()[-1])
+    assert r["meta"]["preset"] == "tiny" and r["meta"]["accept_steps"] == 1
+    assert r["meta"]["expected_accept_length"] == 2
+    assert os.path.exists(tmp_path / "target" / "config.json")
+    assert r["lines"][0].startswith("models: built") and r["lines"][1].startswith("models: reusing")
+    assert r["again"]["accept_steps"] == 1
+    assert not r["torch_loaded"]  # the harness never loaded torch, so no CUDA memory either
