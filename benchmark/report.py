@@ -523,27 +523,49 @@ def patches_applied(data):
     return None
 
 
+# Trial patches that joined the series, by the patch number they took: a
+# results file measured such a patch as the variant candidate-NAME on top of
+# the series before it, so that server ran the series through that number.
+JOINED = {"candidate-fa3-skip-host-pull": "0011"}
+
+
+def joined_label(applied, number):
+    """'0001-0010' and '0011' -> '0001-0011 (trial patch)': the series a
+    trial patch's server ran, once the patch joined as `number` right after
+    the patches its site had; None where it did not follow them."""
+    if not applied or int(applied[-4:]) + 1 != int(number):
+        return None
+    return f"{applied[:4]}-{number} (trial patch)"
+
+
 def default_backend_table(paths, link_dir, concurrency=(1, 8, 32)):
     """The default attention backend (no flag), EAGLE3: the patched build's
     TPOT over base's and over upstream 0.5.13's, paired by repeat (geometric
-    mean, 90% interval, repeats), one row per file and TP size, with the
-    model preset and the patches the patched server ran."""
+    mean, 90% interval, repeats), one row per file, build and TP size, with
+    the model preset and the patches the build ran; a trial patch that has
+    joined the series (JOINED) is a build of its own."""
     rows = []
     for path in paths:
         with open(path) as fh:
             data = json.load(fh)
+        applied = patches_applied(data)
+        labels = {"patched": applied}  # None: no start line named the patches
+        labels.update({v: joined_label(applied, n) for v, n in JOINED.items()
+                       if joined_label(applied, n)})
         pairs = {}
         for reference in ("base", UPSTREAM):
             for e in results.paired_ratios(data, base=reference):
-                if e["variant"] == "patched" and e["attention_backend"] == "default" \
-                        and e["speculative"] == "EAGLE3":
-                    pairs[(reference, e["tp"], e["concurrency"])] = e
+                if e["variant"] in labels \
+                        and e["attention_backend"] == "default" and e["speculative"] == "EAGLE3":
+                    pairs[(e["variant"], reference, e["tp"], e["concurrency"])] = e
         name = os.path.basename(path)[:-5]
-        for tp in sorted({tp for _, tp, _ in pairs}):
-            cells = [paired_cell(pairs[(reference, tp, c)]) if (reference, tp, c) in pairs
-                     else None for reference in ("base", UPSTREAM) for c in concurrency]
-            rows.append([f"[{name}]({link_dir}/{name}.md)", data["card"],
-                         data.get("model_preset"), patches_applied(data), tp] + cells)
+        for variant in labels:
+            for tp in sorted({tp for v, _, tp, _ in pairs if v == variant}):
+                cells = [paired_cell(pairs[(variant, reference, tp, c)])
+                         if (variant, reference, tp, c) in pairs else None
+                         for reference in ("base", UPSTREAM) for c in concurrency]
+                rows.append([f"[{name}]({link_dir}/{name}.md)", data["card"],
+                             data.get("model_preset"), labels[variant], tp] + cells)
     header = (["results", "card", "model", "patched", "tp"]
               + [f"/ base, c={c}" for c in concurrency]
               + [f"/ upstream 0.5.13, c={c}" for c in concurrency])
@@ -562,10 +584,15 @@ def embed(text, name, block):
 # the same time and were measured in turn): the READMEs' current results.
 CURRENT = ("2026-11-26-h200-machine-e.json", "2026-11-26-h200-machine-f.json")
 # ... and those with the attention backend sglang picks (no flag)
-DEFAULT_BACKEND = ("2026-11-27-h200-default-backend-whole-series-upstream.json",
+DEFAULT_BACKEND = ("2026-11-27-h200x2-tp2-llama-8b-shape-fa3-skip-host-pull.json",
+                   "2026-11-27-h200-fa3-skip-host-pull-llama-8b-shape.json",
+                   "2026-11-27-h200-default-backend-whole-series-upstream.json",
                    "2026-11-27-h100-fa3-draft-extend-graph.json",
                    "2026-11-27-h200x2-tp2-default-backend.json",
                    "2026-11-27-h200-llama-8b-shape.json",
+                   "2026-11-27-h200x2-fa3-skip-host-pull-rerun.json",
+                   "2026-11-27-h200-fa3-skip-host-pull-small.json",
+                   "2026-11-27-h200x2-tp2-fa3-skip-host-pull.json",
                    "2026-11-27-h100-default-backend-upstream.json")
 # README -> where its links to the results pages point
 READMES = {"README.md": "benchmark/results", "benchmark/README.md": "results"}

@@ -6,9 +6,12 @@ the attention backend objects it built. Here only the flags are known, and
 neither sglang nor torch is imported, so the rules are the series' own,
 written out: the pull is skipped when every attention backend of the
 speculative decode step reads device lengths (the Triton backends, patch
-0006) and no setting reads the host lengths itself (two-batch overlap, mixed
-chunked prefill); without the overlap schedule or without speculative
-decoding nothing is relayed, so there is nothing to pull.
+0006; fa3 with EAGLE topk 1 on a plain MHA model, patch 0011) and no
+setting reads the host lengths itself (two-batch overlap, mixed chunked
+prefill); without the overlap schedule or without speculative decoding
+nothing is relayed, so there is nothing to pull.  What the flags cannot
+say (the model's attention, the GPU sglang picks a backend for) is named
+in the reason, and the server's start-up line settles it.
 """
 
 import argparse
@@ -17,6 +20,13 @@ from typing import Dict, List
 # --attention-backend values whose backend classes set needs_cpu_seq_lens =
 # False in the series (TritonAttnBackend, TritonMultiStepDraftBackend).
 BACKENDS_WITHOUT_PULL = ("triton",)
+# --attention-backend values whose backends skip the pull only in the plain
+# case (patch 0011, fa3_needs_cpu_seq_lens: EAGLE topk 1, an MHA model
+# without local, sliding-window or cross attention, no context parallelism)
+BACKENDS_WITHOUT_PULL_AT_TOPK_1 = ("fa3",)
+FA3_PLAIN_CASE = ("an MHA model without local, sliding-window or cross attention "
+                  "(an MLA or sliding-window model keeps the pull; the server's "
+                  "start-up line says)")
 # Speculative algorithms for which sglang 0.5.12.post1 turns mixed chunked
 # prefill off itself (server_args), so --enable-mixed-chunk forces nothing.
 SPEC_WITHOUT_MIXED_CHUNK = ("EAGLE", "EAGLE3")
@@ -30,6 +40,8 @@ def _launch_parser() -> argparse.ArgumentParser:
     p.add_argument("--enable-two-batch-overlap", action="store_true")
     p.add_argument("--enable-mixed-chunk", action="store_true")
     p.add_argument("--disable-overlap-schedule", action="store_true")
+    p.add_argument("--speculative-eagle-topk", type=int)
+    p.add_argument("--attn-cp-size", type=int, default=1)
     return p
 
 
@@ -50,13 +62,33 @@ def explain_launch(flags: List[str]) -> Dict[str, str]:
         return {"pull": "on", "reason": "mixed chunked prefill reads the running "
                 "batch's host lengths (off without --enable-mixed-chunk)"}
     backend = args.decode_attention_backend or args.attention_backend
+    topk = args.speculative_eagle_topk
     if backend is None:
-        return {"pull": "on", "reason": "no --attention-backend: sglang picks one at "
-                "start (fa3 on Hopper for Llama-style models with EAGLE topk 1, "
-                "flashinfer on most other GPUs), and only triton skips the pull "
-                "(--attention-backend triton); the server's start-up line says "
-                "what it chose"}
+        if topk is not None and topk > 1:
+            return {"pull": "on", "reason": f"no --attention-backend and EAGLE topk {topk}: "
+                    "sglang picks flashinfer (or trtllm_mha on Blackwell), which reads "
+                    "the host lengths; only triton skips the pull at any topk "
+                    "(--attention-backend triton)"}
+        return {"pull": "depends", "reason": "no --attention-backend: sglang picks one at "
+                "start. fa3 (Hopper, MHA models, EAGLE topk 1: pass "
+                "--speculative-eagle-topk 1, as sglang's own default for Llama is 4) "
+                f"skips the pull for {FA3_PLAIN_CASE}; flashinfer (most other GPUs) "
+                "keeps it; the server's start-up line says what it chose"}
     if backend in BACKENDS_WITHOUT_PULL:
         return {"pull": "off", "reason": f"{backend} reads device lengths"}
-    return {"pull": "on", "reason": f"{backend} reads the host lengths; only "
-            "triton skips the pull (--attention-backend triton)"}
+    if backend in BACKENDS_WITHOUT_PULL_AT_TOPK_1:
+        if topk is not None and topk > 1:
+            return {"pull": "on", "reason": f"{backend} with EAGLE topk {topk} reads the host "
+                    "lengths; it skips the pull with --speculative-eagle-topk 1, and triton "
+                    "at any topk"}
+        if args.attn_cp_size > 1:
+            return {"pull": "on", "reason": f"{backend} with context parallelism reads the "
+                    "host lengths (off without --attn-cp-size)"}
+        if topk is None:
+            return {"pull": "depends", "reason": f"{backend} skips the pull with EAGLE topk 1 "
+                    f"for {FA3_PLAIN_CASE}; without --speculative-eagle-topk sglang picks "
+                    "the topk (4 for Llama), and with topk > 1 the pull stays on"}
+        return {"pull": "off", "reason": f"{backend} sizes its page-table fill from a bound "
+                f"the scheduler already knows, for {FA3_PLAIN_CASE}"}
+    return {"pull": "on", "reason": f"{backend} reads the host lengths; triton skips "
+            "the pull (--attention-backend triton), and fa3 with EAGLE topk 1"}

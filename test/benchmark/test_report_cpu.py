@@ -275,3 +275,28 @@ def test_stack_profiles_say_what_the_host_did_by_kind_of_work():
     # profiles from before the measure (or GPU-only) have no such table
     del stack["python"]["host_self_us_per_step_by_kind"]
     assert "### What the host did" not in report.render(data, "x.json")
+
+
+def test_default_backend_table_gives_a_joined_trial_patch_a_row_of_its_own(tmp_path):
+    """A trial patch that joined the series (report.JOINED) was measured as
+    candidate-NAME on top of the patches its site's start line names: its
+    row is that series through the patch's number, under the patched row."""
+    line = "patches 0001-0010 applied by sglpatch 0.2.0; per-step seq_lens host pull on: ..."
+    trial = next(iter(report.JOINED))
+    data = {"card": "NVIDIA H200", "date": "2026-11-27", "model_preset": "small",
+            "bench": {"side_by_side": True}, "greedy_equivalence": [],
+            "server_starts": [{"setting": "patched-default-ov1-EAGLE3-pcg1", "sglpatch_line": line}],
+            "runs": [_default_point("base", [2.0, 2.0]), _default_point("patched", [1.6, 1.6]),
+                     _default_point(trial, [1.2, 1.2])]}
+    path = tmp_path / "z.json"
+    path.write_text(json.dumps(data))
+    rows = report.default_backend_table([str(path)], "results").splitlines()
+    assert rows[2].startswith("| [z](results/z.md) | NVIDIA H200 | small | 0001-0010 | 1 | 0.80 ")
+    assert rows[3].startswith(f"| [z](results/z.md) | NVIDIA H200 | small | "
+                              f"0001-{report.JOINED[trial]} (trial patch) | 1 | 0.60 ")
+    # a site whose patches the trial patch does not follow gets no such row
+    data["server_starts"][0]["sglpatch_line"] = line.replace("0010", "0008")
+    path.write_text(json.dumps(data))
+    assert len(report.default_backend_table([str(path)], "results").splitlines()) == 3
+    assert report.joined_label("0001-0010", "0011") == "0001-0011 (trial patch)"
+    assert report.joined_label(None, "0011") is None

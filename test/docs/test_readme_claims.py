@@ -2,6 +2,7 @@
 name.  The latency table itself is generated (test/benchmark/test_report_cpu.py
 checks it is current); these are the sentences around it."""
 
+import glob
 import json
 import os
 import re
@@ -1317,7 +1318,8 @@ def test_readme_fa3_draft_extend_graph_claims():
     text, data = readme(), load(GRAPH)
     whole, through = pairs_of(data, "patched"), pairs_of(data, "patched-through-0009")
     assert all(e["below_1"] == len(e["ratios"]) for e in whole.values())
-    assert f"TPOT was {geo_means(whole)} of unpatched 0.5.12.post1's" in text
+    assert f"| [{GRAPH}](benchmark/results/{GRAPH}.md) | NVIDIA H100 80GB HBM3 | small | " \
+        f"0001-0010 | 1 | {' | '.join(report.paired_cell(whole[c]) for c in (1, 8, 32))} |" in text
     assert f"alone it was {geo_means(through)} of base's TPOT" in text
     own = pairs_of(data, "patched", reference="patched-through-0009")
     assert f"({geo_means(own)} of the series through 0009)" in text
@@ -1461,7 +1463,7 @@ def test_llama_8b_shape_run_and_its_claims():
     pairs = {e["attention_backend"]: e for e in report.results.paired_ratios(data)}
     fa3, triton = pairs["default"], pairs["triton"]
     assert len(fa3["ratios"]) == 6 and fa3["interval_90"][0] < 1 < fa3["interval_90"][1]
-    assert f"gives fa3 nothing: {report.interval_cell(fa3, 2)}" in text
+    assert f"gave fa3 little ({report.interval_cell(fa3, 2)} in the `{LLAMA}` row)" in text
     assert f"series is {report.interval_cell(fa3, 2)} of base's TPOT with fa3" in arch
     assert f"was {report.interval_cell(triton, 2)} of base's TPOT, below 1.00 in " \
         f"{triton['below_1']} of {len(triton['ratios'])} paired repeats" in text
@@ -1470,17 +1472,14 @@ def test_llama_8b_shape_run_and_its_claims():
     base, patched = llama_profile("base"), llama_profile("patched")
     busy = {round(p["gpu_busy_us_per_step"] / 1000, 2) for p in (base, patched)}
     assert len(busy) == 1
-    assert f"the GPU is busy {busy.pop():.2f} ms of each forward in both builds" in text
-    assert (f"idle {report.idle_share(base):.1f}% of a forward in base and "
-            f"{report.idle_share(patched):.1f}% with the series") in text
+    assert f"the GPU is busy {busy.pop():.2f} ms of each forward in both builds" in arch
     sync = patched["runtime_calls"]["cudaStreamSynchronize"]
     assert sync["calls_per_step"] == 1.0
-    assert (f"spends {patched['host_sync_us_per_step'] / 1000:.2f} ms a forward in host syncs, "
-            f"{sync['us_per_step'] / 1000:.2f} ms of it in one `cudaStreamSynchronize`") in text
+    assert (f"its host waited {sync['us_per_step'] / 1000:.2f} ms a forward in one "
+            "`cudaStreamSynchronize`") in text
     assert f"blocks {sync['us_per_step'] / 1000:.2f} ms a forward in one `cudaStreamSynchronize`" \
         in arch
     assert base["host_sync_calls_per_step"] == 6.0
-    assert f"base spends {base['host_sync_us_per_step'] / 1000:.2f} ms in its six" in text
     assert f"base blocks {base['host_sync_us_per_step'] / 1000:.2f} ms a forward in its six " \
         "host syncs" in arch
     # every fa3 server chose fa3; the patched ones kept the pull, the triton one skipped it
@@ -1524,6 +1523,8 @@ TRIAL_SMALL = "2026-11-27-h200-fa3-skip-host-pull-small"
 TRIAL_TP2 = "2026-11-27-h200x2-tp2-fa3-skip-host-pull"
 TRIAL_RERUN = "2026-11-27-h200x2-fa3-skip-host-pull-rerun"
 TRIAL_TP1_ONLY = "candidate-fa3-skip-host-pull-tp1"
+TRIAL_TP2_LLAMA = "2026-11-27-h200x2-tp2-llama-8b-shape-fa3-skip-host-pull"
+PAGE_0011 = "docs/patches/0011-fa3-skip-host-pull.md"
 
 
 def at_tp(data, tp):
@@ -1532,36 +1533,43 @@ def at_tp(data, tp):
 
 
 def trial_cell(e):
-    """A cell of the trial patch's table in benchmark/candidates/README.md:
+    """A cell of patch 0011's table of its trial-patch measurements:
     with an interval from 3 repeats, the geo mean alone below that."""
     n = len(e["ratios"])
     return report.paired_cell(e) if n >= 3 else f"{e['geo_mean']:.2f} ({n})"
 
 
-def test_trial_patch_calls_are_what_its_readme_says():
-    text = flat("benchmark/candidates/README.md")
-    for stem, preset, tp, digest in ((TRIAL_LLAMA, "llama-8b-shape", 1, "61c37811b172bcb0"),
-                                     (TRIAL_SMALL, "small", 1, "874917e713ccfffd"),
-                                     (TRIAL_TP2, "small", 2, "874917e713ccfffd")):
+def test_trial_patch_calls_are_what_its_page_says():
+    """Patch 0011's measurements as the trial patch candidate-fa3-skip-host-pull
+    on top of 0001-0010 (docs/patches/0011-fa3-skip-host-pull.md)."""
+    text = flat(PAGE_0011)
+    for stem, preset, tp, digest, calls in (
+            (TRIAL_LLAMA, "llama-8b-shape", 1, "61c37811b172bcb0", 1),
+            (TRIAL_SMALL, "small", 1, "874917e713ccfffd", 1),
+            (TRIAL_TP2, "small", 2, "874917e713ccfffd", 1),
+            (TRIAL_TP2_LLAMA, "llama-8b-shape", 2, "61c37811b172bcb0", 2)):
         data = load(stem)
         assert data["card"] == "NVIDIA H200" and data["model_preset"] == preset
         assert {r["variant"] for r in data["runs"]} == {"base", "patched", TRIAL}
         assert {r["attention_backend"] for r in data["runs"]} == {"default"}
         assert {r.get("tp", 1) for r in data["runs"]} == {tp}
         assert {g["sha256"] for g in data["greedy_runs"]} == {digest}
-        assert len(data["greedy_runs"]) == 3 and digest in text
+        assert len(data["greedy_runs"]) == 3 * calls and digest in text
         assert all(g["prompts_off_own_chain"] == 0 for g in data["greedy_runs"])
         lines = evidence_lines(stem + "-server-lines.log")
-        assert sum("Use fa3 backend by default" in x for x in lines) == 3
+        assert sum("Use fa3 backend by default" in x for x in lines) == 3 * calls
         assert not any("whole page-table rows" in x for x in lines)
         pull = {x.split(":")[0]: "host pull off" in x for x in lines if "sglpatch: " in x}
         assert pull == {f"server-{v}-default-ov1-EAGLE3-pcg1.log": v == TRIAL
                         for v in ("patched", TRIAL)}
-    llama, small, tp2 = (pairs_of(load(s), TRIAL, "patched")
-                         for s in (TRIAL_LLAMA, TRIAL_SMALL, TRIAL_TP2))
+    llama, small, tp2, tp2_llama = (pairs_of(load(s), TRIAL, "patched")
+                                    for s in (TRIAL_LLAMA, TRIAL_SMALL, TRIAL_TP2,
+                                              TRIAL_TP2_LLAMA))
     rerun = load(TRIAL_RERUN)
     one_gpu, tp2_again = (pairs_of(at_tp(rerun, tp), TRIAL, "patched") for tp in (1, 2))
-    rows = [("`llama-8b-shape`, H200", [trial_cell(llama[1]), "—", "—"]),
+    rows = [("`llama-8b-shape`, TP=2, H200 ×2",
+             [trial_cell(tp2_llama[1]), trial_cell(tp2_llama[8]), "—"]),
+            ("`llama-8b-shape`, H200", [trial_cell(llama[1]), "—", "—"]),
             ("`small`, H200", [trial_cell(small[c]) for c in (1, 8, 32)]),
             ("`small`, one GPU of an H200 ×2", [trial_cell(one_gpu[c]) for c in (1, 8, 32)]),
             ("`small`, TP=2, H200 ×2", [trial_cell(tp2[1]), trial_cell(tp2[8]), "—"]),
@@ -1571,35 +1579,58 @@ def test_trial_patch_calls_are_what_its_readme_says():
         assert f"| {name} | {' | '.join(cells)} |" in text
     # the first machine: faster than the whole series in every TP=1 repeat,
     # slower in every TP=2 one
-    assert all(x < 1 for e in (*llama.values(), *small.values()) for x in e["ratios"])
+    assert all(x < 1 for e in (*llama.values(), *small.values(), *tp2_llama.values())
+               for x in e["ratios"])
     assert all(x > 1 for e in tp2.values() for x in e["ratios"])
     ratios = [x for e in tp2.values() for x in e["ratios"]]
     assert f"each of the {len(ratios)} paired repeats ({min(ratios):.2f} to {max(ratios):.2f})" \
         in text
     trial_base, whole_base = (pairs_of(load(TRIAL_TP2), v) for v in (TRIAL, "patched"))
-    assert (f"({trial_base[1]['geo_mean']:.2f} and {trial_base[8]['geo_mean']:.2f} against the "
-            f"whole series' {whole_base[1]['geo_mean']:.2f} and "
+    assert (f"({trial_base[1]['geo_mean']:.2f} and {trial_base[8]['geo_mean']:.2f} against "
+            f"0001-0010's {whole_base[1]['geo_mean']:.2f} and "
             f"{whole_base[8]['geo_mean']:.2f})") in text
     tp2_cell, again_cell = (report.interval_cell(e[1], 2) for e in (tp2, tp2_again))
-    assert (f"one machine measured it slower than the whole series ({tp2_cell} at concurrency "
-            f"1) and another faster ({again_cell}, {len(tp2_again[1]['ratios'])} repeats)"
-            ) in readme()
-    assert (f"measured it slower than the whole series ({tp2_cell} at concurrency 1, `small`) "
-            f"and another faster ({again_cell})") in flat("docs/architecture.md")
-    assert f"takes the step to {report.interval_cell(llama[1], 2)} of the whole series' TPOT" \
-        in readme()
-    assert f"`llama-8b-shape` it is {report.interval_cell(llama[1], 2)} of the whole series' " \
-        "TPOT" in flat("docs/architecture.md")
-    # the TP=1-only variant's reason
-    assert f"({report.interval_cell(llama[1], 2)} of the whole series' TPOT with " \
-        "`llama-8b-shape`) without the loss one machine measured at TP=2" in text
+    arch = flat("docs/architecture.md")
+    assert (f"while with `small` one machine measured it slower ({tp2_cell} at concurrency 1) "
+            f"and another faster ({again_cell})") in arch
+    assert (f"measured it slower than the series ({tp2_cell}, {len(tp2[1]['ratios'])} "
+            f"repeats), another faster ({again_cell}, {len(tp2_again[1]['ratios'])} repeats)"
+            ) in flat("benchmark/candidates/README.md")
+    assert f"`llama-8b-shape` it is {report.interval_cell(llama[1], 2)} of 0001-0010's TPOT" \
+        in arch
+    assert (f"At TP=2 it is {report.interval_cell(tp2_llama[1], 2)} of 0001-0010's with "
+            f"`llama-8b-shape` ({len(tp2_llama[1]['ratios'])} repeats, each below 1)") in arch
+    # over base, as README gives them: with llama-8b-shape at TP=2 and TP=1
+    over_base = {s: (pairs_of(load(s), "patched")[1], pairs_of(load(s), TRIAL)[1])
+                 for s in (TRIAL_TP2_LLAMA, TRIAL_LLAMA)}
+    (w2, t2), (w1, t1) = over_base[TRIAL_TP2_LLAMA], over_base[TRIAL_LLAMA]
+    assert (f"took the whole series from {w2['geo_mean']:.2f} to {t2['geo_mean']:.2f} of "
+            f"base's TPOT with `llama-8b-shape` at TP=2") in readme()
+    assert f"and from {w1['geo_mean']:.2f} to {t1['geo_mean']:.2f} at TP=1" in readme()
+    ratios = tp2_llama[1]["ratios"]
+    assert (f"below the series without it: {min(ratios):.2f} to {max(ratios):.2f})"
+            in readme())
+    assert (f"faster than 0001-0010 in each of {len(ratios)} repeats ({min(ratios):.2f} to "
+            f"{max(ratios):.2f}, calls 11 and 12)") in text
+    assert (f"Over base, the series with this patch gave {report.interval_cell(t2, 2)} "
+            f"({len(t2['ratios'])}) with `llama-8b-shape` at TP=2 and "
+            f"{report.interval_cell(t1, 2)} ({len(t1['ratios'])}) at TP=1") in text
+    # the small model at TP=2, both machines, as README gives them
+    rr = {v: pairs_of(at_tp(load(TRIAL_RERUN), 2), v)[1]["geo_mean"] for v in (TRIAL, "patched")}
+    assert (f"the `-rerun` call's {rr[TRIAL]:.2f} against {rr['patched']:.2f} without it, the "
+            f"`h200x2-tp2` call's {trial_base[1]['geo_mean']:.2f} against "
+            f"{whole_base[1]['geo_mean']:.2f}") in readme()
+    # the calls: two on one H200 x2, 1 and 3 repeats; the trial patches are gone
+    calls = {x["call"] for r in load(TRIAL_TP2_LLAMA)["runs"] for x in r["samples"]}
+    assert calls == {"call 11", "call 12"}
+    assert not glob.glob(os.path.join(REPO, "benchmark", "candidates", "*.patch"))
 
 
 def test_trial_patch_rerun_is_what_its_readme_says():
     """The second H200 x2: three calls (7: TP=2 profiles, 8: TP=2 beside
     base, 9: one GPU beside base), greedy output one digest, and the
     numbers its README and the TP=2 profile paragraph give."""
-    text, arch = flat("benchmark/candidates/README.md"), flat("docs/architecture.md")
+    text, arch = flat(PAGE_0011), flat("docs/architecture.md")
     data = load(TRIAL_RERUN)
     assert data["card"] == "NVIDIA H200" and data["model_preset"] == "small"
     assert {r["attention_backend"] for r in data["runs"]} == {"default"}
@@ -1627,10 +1658,8 @@ def test_trial_patch_rerun_is_what_its_readme_says():
     # the same decode path as the whole series at TP=2: one call's scatter
     tp1_only = pairs_of(at_tp(data, 2), TRIAL_TP1_ONLY, "patched")[1]
     ratios = " / ".join(f"{x:.2f}" for x in tp1_only["ratios"])
-    assert (f"came out at {report.interval_cell(tp1_only, 2)} of the whole series ({ratios})"
+    assert (f"came out at {report.interval_cell(tp1_only, 2)} of 0001-0010 ({ratios})"
             in text)
-    assert (f"and {report.interval_cell(tp1_only, 2)} of the whole series' TPOT at "
-            f"concurrency 1 ({ratios})") in text
     tp2 = pairs_of(at_tp(data, 2), TRIAL, "patched")[1]["ratios"]
     below = [x for x in tp2 if x < 1]
     assert (f"{len(below)} of {len(tp2)} repeats at concurrency 1 below 1.00 "
@@ -1645,8 +1674,8 @@ def test_trial_patch_rerun_is_what_its_readme_says():
         ranks.setdefault(p["variant"], []).append(p)
     pace = {v: max(ps, key=lambda p: p["gpu_idle_us_per_step"]) for v, ps in ranks.items()}
     ahead = {v: min(ps, key=lambda p: p["gpu_idle_us_per_step"]) for v, ps in ranks.items()}
-    assert (f"is idle {report.idle_share(pace['patched']):.1f}% of a profiled forward with the "
-            f"whole series and {report.idle_share(pace[TRIAL]):.1f}% with the trial patch") in text
+    assert (f"is idle {report.idle_share(pace['patched']):.1f}% of a profiled forward with "
+            f"0001-0010 and {report.idle_share(pace[TRIAL]):.1f}% with this patch") in text
     work = [p["gpu_busy_us_per_step"] / 1000 for p in pace.values()]
     window = [p["window_us_per_step"] / 1000 for p in pace.values()]
     waits = [p["gpu_collective_us_per_step"] / 1000 for p in ahead.values()]
@@ -1655,10 +1684,10 @@ def test_trial_patch_rerun_is_what_its_readme_says():
             f"{min(waits):.1f} to {max(waits):.1f} ms a forward inside its all-reduce kernels"
             ) in text
     synced = pace["patched"]["host_sync_us_per_step"]
-    assert (f"the whole series' pacing rank spends {synced:.0f} µs a forward in host syncs (the "
+    assert (f"0001-0010's pacing rank spends {synced:.0f} µs a forward in host syncs (the "
             f"rank ahead of it, {ahead['patched']['host_sync_us_per_step'] / 1000:.2f} ms)"
             ) in text
-    assert f"({synced:.0f} µs a forward in host syncs with the whole series)" in arch
+    assert f"({synced:.0f} µs a forward in host syncs with 0001-0010)" in arch
     # the waiting rank's GPU is mostly collectives: that is why it reads busy
     assert all(p["gpu_collective_us_per_step"] > 0.5 * p["gpu_busy_us_per_step"]
                for p in ahead.values())
@@ -1723,20 +1752,20 @@ def test_triton_profile_host_work_claims():
 
 
 def test_trial_patch_profile_claims():
-    text, arch = flat("benchmark/candidates/README.md"), flat("docs/architecture.md")
+    text, arch = flat(PAGE_0011), flat("docs/architecture.md")
     data = load(TRIAL_LLAMA)
     prof = {p["variant"]: p for p in data["profiles"]}
     trial, whole, base = prof[TRIAL], prof["patched"], prof["base"]
     medians = {r["variant"]: r["tpot_ms_median"] for r in data["runs"]}
-    assert (f"median TPOT is {medians[TRIAL]:.2f} ms against {medians['patched']:.2f} (whole "
-            f"series) and {medians['base']:.2f} (base)") in text
+    assert (f"median TPOT is {medians[TRIAL]:.2f} ms against {medians['patched']:.2f} "
+            f"(0001-0010) and {medians['base']:.2f} (base)") in text
     assert (f"has {trial['host_sync_calls_per_step']:.0f} host sync a forward, "
-            f"{trial['host_sync_us_per_step'] / 1000:.2f} ms, where the whole series has "
+            f"{trial['host_sync_us_per_step'] / 1000:.2f} ms, where 0001-0010 has "
             f"{whole['host_sync_calls_per_step']:.0f}, {whole['host_sync_us_per_step'] / 1000:.2f} ms"
             ) in text
     assert f"host syncs fall to {trial['host_sync_us_per_step'] / 1000:.2f} ms a forward" in arch
     assert (f"idle {report.idle_share(trial):.1f}% of a forward ({report.idle_share(whole):.1f}% "
-            f"whole series, {report.idle_share(base):.1f}% base)") in text
+            f"0001-0010, {report.idle_share(base):.1f}% base)") in text
     waiting, idle = trial["idle_waiting_on_host_us_per_step"], trial["gpu_idle_us_per_step"]
     launch = trial["idle_us_per_step_by_closing_call"][
         "cudaGraphLaunch, issued after the GPU went idle"]
@@ -1753,15 +1782,55 @@ def test_the_trial_patch_calls_whole_series_over_base_is_in_the_readme():
     assert [len(whole[c]["ratios"]) for c in (1, 8, 32)] == [2, 2, 1]
     tpots = {r["concurrency"]: [x["tpot_ms"] for x in r["samples"]]
              for r in data["runs"] if r["variant"] == "patched"}
-    assert (f"gave the whole series {geo_means(whole)} of base, its own repeats scattering from "
-            f"{min(tpots[1]):.2f} to {max(tpots[1]):.2f} ms at concurrency 1 and from "
-            f"{min(tpots[8]):.2f} to {max(tpots[8]):.2f} ms at 8") in readme()
+    assert (f"The same series gave {geo_means(whole)} of base in the `fa3-skip-host-pull-small` "
+            f"call, its own repeats scattering from {min(tpots[1]):.2f} to {max(tpots[1]):.2f} "
+            f"ms at concurrency 1 and from {min(tpots[8]):.2f} to {max(tpots[8]):.2f} ms at 8"
+            ) in readme()
     # and the third H200 call, on one GPU of an H200 x2
     rerun = pairs_of(at_tp(load(TRIAL_RERUN), 1), "patched")
     counts = " / ".join(str(len(rerun[c]["ratios"])) for c in (1, 8, 32))
-    assert (f"(`{TRIAL_RERUN}`, {counts} repeats), gave {geo_means(rerun)}, its interval at "
-            f"concurrency 1 {report.interval_cell(rerun[1], 2)}") in readme()
-    # they are not the table's files
-    assert TRIAL_RERUN + ".json" not in report.DEFAULT_BACKEND
-    assert TRIAL_SMALL + ".json" not in report.DEFAULT_BACKEND
-    assert BESIDE_UPSTREAM + ".json" in report.DEFAULT_BACKEND
+    assert counts == "3 / 2 / 2"
+    assert (f"and {geo_means(rerun)} in the `-rerun` call, its interval at concurrency 1 "
+            f"{report.interval_cell(rerun[1], 2)}") in readme()
+    # with 0011 they are the table's rows too: each file's 0001-0010 row
+    # and, under it, its 0001-0011 (trial patch) row
+    for stem in (TRIAL_RERUN, TRIAL_SMALL, TRIAL_TP2, TRIAL_LLAMA, TRIAL_TP2_LLAMA,
+                 BESIDE_UPSTREAM):
+        assert stem + ".json" in report.DEFAULT_BACKEND
+    trial = pairs_of(at_tp(load(TRIAL_RERUN), 1), TRIAL)
+    assert (f"With both, decode TPOT was {geo_means(trial)} of unpatched 0.5.12.post1's at "
+            f"concurrency 1 / 8 / 32 with the `small` model on one GPU of an H200 ×2") in readme()
+    assert (f"With `small` on one GPU it gave {geo_means(trial)} of base where the series "
+            f"without it gave {geo_means(rerun)} in the same call") in readme()
+
+
+TRITON_LLAMA_PROFILE = "2026-11-27-h200-triton-llama-8b-shape-profile"
+
+
+def test_triton_llama_profile_claims():
+    """README (the Triton bullet) and docs/architecture.md: with
+    llama-8b-shape the whole series' Triton step is at the GPU's own time."""
+    data, text, arch = load(TRITON_LLAMA_PROFILE), readme(), flat("docs/architecture.md")
+    assert data["card"] == "NVIDIA H200" and data["model_preset"] == "llama-8b-shape"
+    assert {r["attention_backend"] for r in data["runs"]} == {"triton"}
+    assert {g["sha256"] for g in data["greedy_runs"]} == {"61c37811b172bcb0"}
+    assert report.patches_applied(data) == "0001-0010"
+    pair = pairs_of(data, "patched")[1]
+    assert len(pair["ratios"]) == 2 and pair["below_1"] == 2
+    assert (f"and {report.interval_cell(pair, 2)} ({pair['below_1']} of "
+            f"{len(pair['ratios'])}) in a later call on another H200 that profiled it") in text
+    prof = {p["variant"]: p for p in data["profiles"] if not p["with_stack"]}
+    whole, base = prof["patched"], prof["base"]
+    assert (f"the GPU was idle {report.idle_share(whole):.1f}% of a patched forward against "
+            f"{report.idle_share(base):.1f}% in base") in text
+    assert report.idle_share(whole) <= 10  # the issue's GPU-idle goal, met at this size
+    assert (f"its host waiting {whole['host_sync_us_per_step'] / 1000:.2f} ms a forward in its "
+            "one host sync") in text
+    assert whole["host_sync_calls_per_step"] == 1.0
+    assert (f"the whole series' GPU is idle {report.idle_share(whole):.1f}% of a profiled "
+            f"forward (base {report.idle_share(base):.1f}%), busy "
+            f"{whole['gpu_busy_us_per_step'] / 1000:.2f} of "
+            f"{whole['window_us_per_step'] / 1000:.2f} ms, and its host waits "
+            f"{whole['host_sync_us_per_step'] / 1000:.2f} ms a forward") in arch
+    lines = evidence_lines(TRITON_LLAMA_PROFILE + "-server-lines.log")
+    assert any("per-step seq_lens host pull off" in x for x in lines)

@@ -7,7 +7,11 @@ import sys
 import pytest
 
 from conftest import REPO
-from sglpatch.explain import BACKENDS_WITHOUT_PULL, explain_launch
+from sglpatch.explain import (
+    BACKENDS_WITHOUT_PULL,
+    BACKENDS_WITHOUT_PULL_AT_TOPK_1,
+    explain_launch,
+)
 
 EAGLE = ["--speculative-algorithm", "EAGLE3"]
 
@@ -19,10 +23,20 @@ def sglpatch(*args):
 
 @pytest.mark.parametrize("flags, pull, says", [
     (["--attention-backend", "triton", *EAGLE], "off", "triton reads device lengths"),
-    (["--attention-backend", "fa3", *EAGLE], "on", "--attention-backend triton"),
+    # fa3 skips the pull at EAGLE topk 1 (patch 0011); the flags cannot say
+    # the topk sglang picks, or whether the model is a plain MHA one
+    (["--attention-backend", "fa3", "--speculative-eagle-topk", "1", *EAGLE], "off",
+     "a bound the scheduler already knows, for an MHA model"),
+    (["--attention-backend", "fa3", *EAGLE], "depends", "without --speculative-eagle-topk"),
+    (["--attention-backend", "fa3", "--speculative-eagle-topk", "4", *EAGLE], "on",
+     "fa3 with EAGLE topk 4 reads the host lengths"),
+    (["--attention-backend", "fa3", "--speculative-eagle-topk", "1", "--attn-cp-size", "2",
+      *EAGLE], "on", "context parallelism"),
+    (["--attention-backend", "flashinfer", *EAGLE], "on", "--attention-backend triton"),
+    (["--speculative-eagle-topk", "4", *EAGLE], "on", "sglang picks flashinfer"),
     (["--attention-backend", "flashinfer", "--decode-attention-backend", "triton", *EAGLE],
      "off", "triton"),
-    (EAGLE, "on", "sglang picks one at start"),
+    (EAGLE, "depends", "sglang picks one at start"),
     (["--attention-backend", "triton", "--enable-two-batch-overlap", *EAGLE], "on",
      "--enable-two-batch-overlap"),
     # EAGLE turns mixed chunked prefill off itself: it forces nothing
@@ -81,3 +95,16 @@ def test_the_rule_matches_the_patched_backends():
     from sglang.srt.layers.attention.base_attn_backend import AttentionBackend
 
     assert AttentionBackend.needs_cpu_seq_lens is True
+    # fa3 decides per backend object (patch 0011): off only in the plain
+    # case, which is what BACKENDS_WITHOUT_PULL_AT_TOPK_1 describes
+    from sglang.srt.layers.attention import flashattention_backend as fa
+
+    if not hasattr(fa, "fa3_needs_cpu_seq_lens"):
+        pytest.skip("this sglang is patched only through an earlier patch")
+    assert BACKENDS_WITHOUT_PULL_AT_TOPK_1 == ("fa3",)
+    plain = dict(fa_impl_ver=3, topk=1, use_mla=False, has_local_attention=False,
+                 has_swa=False, use_sliding_window_kv_pool=False, is_encoder_decoder=False,
+                 attn_cp_size=1)
+    assert fa.fa3_needs_cpu_seq_lens(type("B", (), plain)) is False
+    for change in ({"topk": 4}, {"use_mla": True}, {"attn_cp_size": 2}, {"fa_impl_ver": 4}):
+        assert fa.fa3_needs_cpu_seq_lens(type("B", (), {**plain, **change})) is True

@@ -184,6 +184,7 @@ class TestEagleV2DraftMarks(CustomTestCase):
             spec_info=SimpleNamespace(
                 prepare_for_v2_draft=lambda *args: (fb, False),
                 bonus_tokens=torch.zeros(bs, dtype=torch.int64),
+                seq_lens_upper_bound=40,  # set by prepare_for_decode
             ),
             forward_mode=ForwardMode.DECODE,
             seq_lens=fb.seq_lens,
@@ -210,6 +211,8 @@ class TestEagleV2DraftMarks(CustomTestCase):
         self.assertFalse(fb.forward_metadata_replan_equivalent)
         self.assertEqual(tuple(built["draft_tokens"].shape), (bs, num_steps))
         self.assertEqual(verify_input.spec_steps, num_steps)
+        # the verify input carries the forward's bound on to the target
+        self.assertEqual(verify_input.seq_lens_upper_bound, 40)
 
     def test_one_step_draft_does_not_plan_or_forward(self):
         w = self._worker(num_steps=1)
@@ -218,6 +221,7 @@ class TestEagleV2DraftMarks(CustomTestCase):
             spec_info=SimpleNamespace(
                 prepare_for_v2_draft=lambda *args: (fb, False),
                 bonus_tokens=torch.zeros(2, dtype=torch.int64),
+                seq_lens_upper_bound=None,  # a batch with the host mirror
             ),
             forward_mode=ForwardMode.DECODE,
             seq_lens=fb.seq_lens,

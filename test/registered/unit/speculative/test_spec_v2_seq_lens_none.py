@@ -38,8 +38,8 @@ def _runner(context_len=4096):
 class TestTreeMaskSeqLensSum(CustomTestCase):
     def test_fallbacks(self):
         seq_lens = torch.tensor([10, 20, 30])
-        given = SimpleNamespace(seq_lens=seq_lens, seq_lens_sum=60)
-        missing = SimpleNamespace(seq_lens=seq_lens, seq_lens_sum=None)
+        given = SimpleNamespace(seq_lens=seq_lens, seq_lens_sum=60, spec_info=None)
+        missing = SimpleNamespace(seq_lens=seq_lens, seq_lens_sum=None, spec_info=None)
         buf = torch.empty(8)
         self.assertEqual(tree_mask_seq_lens_sum(given, None, _runner()), 60)
         self.assertEqual(tree_mask_seq_lens_sum(given, buf, _runner()), 60)
@@ -49,6 +49,9 @@ class TestTreeMaskSeqLensSum(CustomTestCase):
         self.assertGreaterEqual(
             tree_mask_seq_lens_sum(missing, None, _runner()), int(seq_lens.sum())
         )
+        # The draft input's bound, where prepare_for_decode set it, is tighter.
+        missing.spec_info = SimpleNamespace(seq_lens_upper_bound=40)
+        self.assertEqual(tree_mask_seq_lens_sum(missing, None, _runner()), 3 * 40)
 
 
 class TestTritonMultiStepEagerSlices(CustomTestCase):
@@ -89,6 +92,8 @@ class TestDraftExtendWithoutMirror(CustomTestCase):
             seq_lens_cpu=seq.clone() if with_cpu else None,
             seq_lens_sum=19 if with_cpu else None,
             forward_mode=ForwardMode.DECODE,
+            # the verify input of this forward, with the bound it carries
+            spec_info=SimpleNamespace(seq_lens_upper_bound=20),
         )
 
     def _run(self, with_cpu, graph):
@@ -137,6 +142,8 @@ class TestDraftExtendWithoutMirror(CustomTestCase):
         self.assertIsNone(fb.seq_lens_sum)
         self.assertEqual(pulls, 0)
         self.assertEqual(planned, [])
+        # the draft-extend input takes over the forward's bound
+        self.assertEqual(batch.spec_info.seq_lens_upper_bound, 20)
 
     def test_eager_path_matches_the_mirrored_batch(self):
         _, with_mirror, cap_a, _, _ = self._run(with_cpu=True, graph=False)

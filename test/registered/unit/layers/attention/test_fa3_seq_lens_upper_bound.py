@@ -1,0 +1,239 @@
+"""FA3 sizes spec v2 decode metadata from an upper bound when the host
+seq_lens are absent, so the scheduler may skip their per-step host pull.
+
+- fa3_needs_cpu_seq_lens: False only for FA3, MHA, topk 1 without local,
+  sliding-window or cross attention and without context parallelism; the
+  multi-step (draft decode) backend needs the pull when any step backend does.
+- _max_seq_len_k: the exact host maximum plus the mode's extra with the
+  mirror; the spec input's bound plus the extra, clamped to the context
+  length, without it; whole rows (the context length), said once, with
+  neither.
+- The verify and draft-extend graph replays, run without the mirror, fill
+  the same cache lengths, cumulative lengths and page-table entries as with
+  it (every column a request reads), and a width the bound covers.
+- Spec v2 prepare_for_decode leaves the batch's largest KV allocation as
+  the draft input's bound: at least every request's length plus what the
+  forward adds.
+"""
+
+import unittest
+from types import SimpleNamespace
+from unittest import mock
+
+import torch
+
+from sglang.test.ci.ci_register import register_cpu_ci
+from sglang.test.test_utils import CustomTestCase, maybe_stub_sgl_kernel
+
+register_cpu_ci(est_time=5, suite="stage-a-test-cpu")
+maybe_stub_sgl_kernel()
+
+from sglang.srt.layers.attention import flashattention_backend as fa3_module  # noqa: E402
+from sglang.srt.layers.attention.flashattention_backend import (  # noqa: E402
+    FlashAttentionBackend,
+    FlashAttentionMetadata,
+    FlashAttentionMultiStepBackend,
+    fa3_needs_cpu_seq_lens,
+)
+from sglang.srt.model_executor.forward_batch_info import ForwardMode  # noqa: E402
+from sglang.srt.speculative import eagle_info_v2, spec_utils  # noqa: E402
+from sglang.srt.speculative.eagle_info import EagleDraftInput  # noqa: E402
+
+CONTEXT = 64
+DRAFT_TOKENS = 4
+
+
+def _plain(**overrides):
+    attrs = dict(
+        fa_impl_ver=3,
+        topk=1,
+        use_mla=False,
+        has_local_attention=False,
+        has_swa=False,
+        use_sliding_window_kv_pool=False,
+        is_encoder_decoder=False,
+        attn_cp_size=1,
+    )
+    attrs.update(overrides)
+    return SimpleNamespace(**attrs)
+
+
+class TestNeedsCpuSeqLens(CustomTestCase):
+    def test_plain_fa3_skips_the_pull(self):
+        self.assertFalse(fa3_needs_cpu_seq_lens(_plain()))
+
+    def test_every_other_case_keeps_it(self):
+        for name, change in {
+            "fa4": dict(fa_impl_ver=4),
+            "topk 4": dict(topk=4),
+            "mla": dict(use_mla=True),
+            "local attention": dict(has_local_attention=True),
+            "sliding window layers": dict(has_swa=True),
+            "swa kv pool": dict(use_sliding_window_kv_pool=True),
+            "encoder-decoder": dict(is_encoder_decoder=True),
+            "context parallel": dict(attn_cp_size=2),
+        }.items():
+            with self.subTest(name):
+                self.assertTrue(fa3_needs_cpu_seq_lens(_plain(**change)))
+
+    def test_multi_step_backend_needs_it_when_any_step_does(self):
+        multi = object.__new__(FlashAttentionMultiStepBackend)
+        multi.attn_backends = [
+            SimpleNamespace(needs_cpu_seq_lens=False),
+            SimpleNamespace(needs_cpu_seq_lens=False),
+        ]
+        self.assertFalse(multi.needs_cpu_seq_lens)
+        multi.attn_backends[1].needs_cpu_seq_lens = True
+        self.assertTrue(multi.needs_cpu_seq_lens)
+
+
+def _backend(bs):
+    """A FlashAttentionBackend with just the state the verify and draft-extend
+    replays touch (page size 1, topk 1), on CPU."""
+    backend = object.__new__(FlashAttentionBackend)
+    backend.max_context_len = CONTEXT
+    backend.page_size = 1
+    backend.topk = 1
+    backend.speculative_num_steps = DRAFT_TOKENS - 1
+    backend.speculative_num_draft_tokens = DRAFT_TOKENS
+    backend.use_sliding_window_kv_pool = False
+    backend.has_swa = False
+    backend.has_local_attention = False
+    # every (row, column) a distinct KV slot
+    backend.req_to_token = torch.arange(8 * CONTEXT, dtype=torch.int32).view(8, CONTEXT)
+
+    def metadata():
+        return FlashAttentionMetadata(
+            cache_seqlens_int32=torch.zeros(bs, dtype=torch.int32),
+            cu_seqlens_q=torch.zeros(bs + 1, dtype=torch.int32),
+            cu_seqlens_k=torch.zeros(bs + 1, dtype=torch.int32),
+            page_table=torch.full((bs, CONTEXT), -1, dtype=torch.int32),
+        )
+
+    strided = torch.arange(0, CONTEXT, 1)
+    backend.decode_cuda_graph_metadata = {"strided_indices": strided}
+    backend.target_verify_metadata = {bs: metadata()}
+    backend.draft_extend_metadata = {"strided_indices": strided, bs: metadata()}
+    return backend
+
+
+class TestMaxSeqLenK(CustomTestCase):
+    def test_exact_with_the_mirror_bound_without(self):
+        backend = _backend(2)
+        mirror = torch.tensor([10, 20])
+        bounded = SimpleNamespace(seq_lens_upper_bound=30)
+        self.assertEqual(backend._max_seq_len_k(mirror, bounded, 4), 24)
+        self.assertEqual(backend._max_seq_len_k(None, bounded, 4), 34)
+        self.assertEqual(backend._max_seq_len_k(None, bounded), 30)
+
+    def test_bound_is_clamped_to_the_context(self):
+        backend = _backend(2)
+        near_end = SimpleNamespace(seq_lens_upper_bound=CONTEXT - 1)
+        self.assertEqual(backend._max_seq_len_k(None, near_end, 4), CONTEXT)
+
+    def test_neither_mirror_nor_bound_fills_whole_rows_and_says_so(self):
+        backend = _backend(2)
+        with mock.patch.object(fa3_module, "_warned_no_bound", False), self.assertLogs(
+            fa3_module.logger, "WARNING"
+        ) as logs:
+            for spec_info in (None, SimpleNamespace(seq_lens_upper_bound=None)):
+                self.assertEqual(backend._max_seq_len_k(None, spec_info, 4), CONTEXT)
+        self.assertEqual(len(logs.records), 1)  # once, not per forward
+        self.assertIn("seq_lens_upper_bound", logs.output[0])
+
+
+class TestReplayWithoutMirror(CustomTestCase):
+    """Each replay with the mirror, then without it (the bound instead), into
+    fresh buffers: what the kernels read must be the same."""
+
+    def _replay(self, mode, seq_lens, spec_info, with_mirror):
+        bs = len(seq_lens)
+        backend = _backend(bs)
+        seq_lens = torch.tensor(seq_lens)
+        backend.init_forward_metadata_replay_cuda_graph(
+            bs,
+            torch.tensor([5, 2]),
+            seq_lens,
+            None,  # seq_lens_sum: fa3 never reads it
+            None,
+            mode,
+            spec_info,
+            seq_lens.clone() if with_mirror else None,
+        )
+        return backend.forward_metadata
+
+    def _assert_same_reads(self, exact, bounded, key_lens):
+        self.assertTrue(torch.equal(exact.cache_seqlens_int32, bounded.cache_seqlens_int32))
+        self.assertTrue(torch.equal(exact.cu_seqlens_k, bounded.cu_seqlens_k))
+        for row, length in enumerate(key_lens):
+            self.assertTrue(
+                torch.equal(exact.page_table[row, :length], bounded.page_table[row, :length])
+            )
+            # the rows were really filled: slots of request pool rows 5 and 2
+            self.assertEqual(int(bounded.page_table[row, 0]), [5, 2][row] * CONTEXT)
+        # the bound covers every column read, and the mirror's width too
+        self.assertGreaterEqual(bounded.max_seq_len_k, max(key_lens))
+        self.assertGreaterEqual(bounded.max_seq_len_k, exact.max_seq_len_k)
+
+    def test_target_verify(self):
+        spec_info = SimpleNamespace(seq_lens_upper_bound=30)
+        exact = self._replay(ForwardMode.TARGET_VERIFY, [10, 20], spec_info, True)
+        bounded = self._replay(ForwardMode.TARGET_VERIFY, [10, 20], spec_info, False)
+        self.assertEqual(exact.max_seq_len_k, 20 + DRAFT_TOKENS)
+        self.assertEqual(bounded.max_seq_len_k, 30 + DRAFT_TOKENS)
+        self._assert_same_reads(exact, bounded, [10 + DRAFT_TOKENS, 20 + DRAFT_TOKENS])
+
+    def test_draft_extend(self):
+        # the draft extend's lengths already include the draft tokens
+        spec_info = SimpleNamespace(seq_lens_upper_bound=30, num_tokens_per_req=DRAFT_TOKENS)
+        exact = self._replay(ForwardMode.DRAFT_EXTEND_V2, [14, 24], spec_info, True)
+        bounded = self._replay(ForwardMode.DRAFT_EXTEND_V2, [14, 24], spec_info, False)
+        self.assertEqual((exact.max_seq_len_k, bounded.max_seq_len_k), (24, 30))
+        self.assertTrue(torch.equal(exact.cu_seqlens_q, bounded.cu_seqlens_q))
+        self._assert_same_reads(exact, bounded, [14, 24])
+
+
+class TestPrepareForDecodeBound(CustomTestCase):
+    def test_bound_is_the_largest_allocation(self):
+        # two requests mid-decode: committed 10 and 30 tokens, 12 and 40
+        # allocated; 4 tokens a decode step, so 8 more past the committed
+        reqs = [
+            SimpleNamespace(kv_allocated_len=12, kv_committed_len=10, decode_batch_idx=0),
+            SimpleNamespace(kv_allocated_len=40, kv_committed_len=30, decode_batch_idx=0),
+        ]
+        batch = SimpleNamespace(
+            reqs=reqs,
+            batch_size=lambda: 2,
+            maybe_evict_swa=lambda: None,
+            sampling_info=SimpleNamespace(
+                penalizer_orchestrator=SimpleNamespace(is_required=False)
+            ),
+            token_to_kv_pool_allocator=SimpleNamespace(page_size=1),
+            tree_cache=None,
+            device="cpu",
+            req_pool_indices=torch.tensor([5, 2]),
+            req_to_token_pool=SimpleNamespace(req_to_token=None),
+        )
+        draft_input = EagleDraftInput()
+        with mock.patch.object(
+            eagle_info_v2, "get_alloc_len_per_decode", return_value=DRAFT_TOKENS
+        ), mock.patch.object(
+            eagle_info_v2, "alloc_token_slots", return_value=torch.arange(14)
+        ), mock.patch.object(spec_utils, "assign_req_to_token_pool_func"):
+            draft_input.prepare_for_decode(batch)
+        # max(12, 10 + 8) = 18 and max(40, 30 + 8) = 40
+        self.assertEqual([r.kv_allocated_len for r in reqs], [18, 40])
+        self.assertEqual(draft_input.seq_lens_upper_bound, 40)
+        # a request's length runs ahead of its committed count by at most one
+        # unseen verify (DRAFT_TOKENS), and this forward's verify reads
+        # DRAFT_TOKENS more: both stay under the bound
+        committed_before = [10, 30]
+        for committed, req in zip(committed_before, reqs):
+            self.assertGreaterEqual(req.kv_allocated_len, committed + 2 * DRAFT_TOKENS)
+        self.assertGreaterEqual(
+            draft_input.seq_lens_upper_bound, max(committed_before) + 2 * DRAFT_TOKENS
+        )
+
+
+if __name__ == "__main__":
+    unittest.main()
