@@ -46,7 +46,8 @@ def _launch_parser() -> argparse.ArgumentParser:
 
 
 def explain_launch(flags: List[str]) -> Dict[str, str]:
-    """{"pull": "on" | "off" | "not used", "reason": ...} for these flags."""
+    """{"pull": "on" | "off" | "depends" | "not used", "reason": ...} for these
+    flags; "depends" where what decides it is not in the flags."""
     args, _ = _launch_parser().parse_known_args(flags)
     if args.disable_overlap_schedule:
         return {"pull": "not used", "reason": "the overlap schedule is off, so "
