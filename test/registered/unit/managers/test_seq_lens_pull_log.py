@@ -55,6 +55,7 @@ class TestExplain(CustomTestCase):
         self.assertTrue(needs)
         self.assertIn("FlashInferAttnBackend", why)
         self.assertIn("--attention-backend triton", why)
+        self.assertIn("--attention-backend fa3 --speculative-eagle-topk 1", why)
 
     def test_settings_that_force_it(self):
         for args, flag in ((_args(tbo=True), "--enable-two-batch-overlap"),
