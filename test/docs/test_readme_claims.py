@@ -2,7 +2,6 @@
 name.  The latency table itself is generated (test/benchmark/test_report_cpu.py
 checks it is current); these are the sentences around it."""
 
-import glob
 import json
 import os
 import re
@@ -1623,7 +1622,8 @@ def test_trial_patch_calls_are_what_its_page_says():
     # the calls: two on one H200 x2, 1 and 3 repeats; the trial patches are gone
     calls = {x["call"] for r in load(TRIAL_TP2_LLAMA)["runs"] for x in r["samples"]}
     assert calls == {"call 11", "call 12"}
-    assert not glob.glob(os.path.join(REPO, "benchmark", "candidates", "*.patch"))
+    for name in ("fa3-skip-host-pull", "fa3-skip-host-pull-tp1"):
+        assert not os.path.exists(os.path.join(REPO, "benchmark", "candidates", name + ".patch"))
 
 
 def test_trial_patch_rerun_is_what_its_readme_says():
@@ -1834,3 +1834,24 @@ def test_triton_llama_profile_claims():
             f"{whole['host_sync_us_per_step'] / 1000:.2f} ms a forward") in arch
     lines = evidence_lines(TRITON_LLAMA_PROFILE + "-server-lines.log")
     assert any("per-step seq_lens host pull off" in x for x in lines)
+
+
+def test_triton_graph_metadata_trial_patch_claims():
+    """benchmark/candidates/README.md: the profile numbers its "Why" quotes
+    are the Triton profile's, and it says it has not been measured."""
+    text = flat("benchmark/candidates/README.md")
+    data = load(TRITON_PROFILE)
+    whole = next(p for p in data["profiles"] if p["variant"] == "patched" and not p["with_stack"])
+    py = next(p for p in data["profiles"]
+              if p["variant"] == "patched" and p["with_stack"])["python"]
+    assert f"({report.idle_share(whole):.1f}% idle with the whole series," in text
+    assert (f"the host's time is spread over {py['operator_calls_per_step']:.0f} PyTorch "
+            f"operators, {py['triton_launches_per_step']} Triton launches and "
+            f"{py['graph_launches_per_step']} graph launches a forward") in text
+    frames = sorted(py["host_self_us_per_step_by_sglang_frame"].items(), key=lambda kv: -kv[1])
+    assert [k.split(": ")[1] for k, _ in frames[:2]] == [
+        "init_new", "init_forward_metadata_replay_cuda_graph"]
+    assert f"2 of the {py['triton_launches_per_step']} Triton launches a forward" in text
+    assert "**Status: not measured.**" in text
+    assert os.path.exists(os.path.join(REPO, "benchmark", "candidates",
+                                       "triton-graph-metadata.patch"))
