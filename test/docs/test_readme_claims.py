@@ -1851,7 +1851,7 @@ def test_triton_graph_metadata_trial_patch_claims():
     frames = sorted(py["host_self_us_per_step_by_sglang_frame"].items(), key=lambda kv: -kv[1])
     assert [k.split(": ")[1] for k, _ in frames[:2]] == [
         "init_new", "init_forward_metadata_replay_cuda_graph"]
-    assert f"2 of the {py['triton_launches_per_step']} Triton launches a forward" in text
+    assert f"4 of the {py['triton_launches_per_step']} Triton launches a forward" in text
     assert "**Status: not measured.**" in text
     assert os.path.exists(os.path.join(REPO, "benchmark", "candidates",
                                        "triton-graph-metadata.patch"))
