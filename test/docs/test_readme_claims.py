@@ -1852,6 +1852,6 @@ def test_triton_graph_metadata_trial_patch_claims():
     assert [k.split(": ")[1] for k, _ in frames[:2]] == [
         "init_new", "init_forward_metadata_replay_cuda_graph"]
     assert f"4 of the {py['triton_launches_per_step']} Triton launches a forward" in text
-    assert "**Status: not measured.**" in text
+    assert "**Status: not measured on a GPU yet.**" in text
     assert os.path.exists(os.path.join(REPO, "benchmark", "candidates",
                                        "triton-graph-metadata.patch"))
