@@ -550,8 +550,10 @@ def default_backend_table(paths, link_dir, concurrency=(1, 8, 32)):
             data = json.load(fh)
         applied = patches_applied(data)
         labels = {"patched": applied}  # None: no start line named the patches
-        labels.update({v: joined_label(applied, n) for v, n in JOINED.items()
-                       if joined_label(applied, n)})
+        for variant, number in JOINED.items():
+            label = joined_label(applied, number)
+            if label:
+                labels[variant] = label
         pairs = {}
         for reference in ("base", UPSTREAM):
             for e in results.paired_ratios(data, base=reference):

@@ -116,7 +116,9 @@ def is_collective(e):
 
 
 class PythonStacks:
-    """The Python frames of one thread, queryable by time."""
+    """The Python frames of one thread, queryable by time (or any of its
+    nested events: host_self_time gives it the CPU ops and runtime calls
+    too)."""
 
     def __init__(self, frames):
         # outer frames first at equal start: a parent sorts before its child
@@ -324,40 +326,33 @@ def host_self_time(events, thread, steps):
     """The launching thread's self time per step by kind of work
     (HOST_KINDS), its launches per step, and the sglang frames with the
     most self time."""
-    mine = sorted((e for e in events
-                   if e.get("cat") in ("python_function", "cpu_op") + RUNTIME_CATS
-                   and (e.get("pid"), e.get("tid")) == thread),
-                  key=lambda e: (float(e["ts"]), -float(e["dur"])))
-    by_kind = collections.Counter()
-    by_frame = collections.Counter()
+    nested = PythonStacks(e for e in events
+                          if e.get("cat") in ("python_function", "cpu_op") + RUNTIME_CATS
+                          and (e.get("pid"), e.get("tid")) == thread)
+    own = [float(e["dur"]) for e in nested.frames]  # less the events inside, below
+    kinds, charged = [], []  # per event: its kind, the sglang frame its time goes to
     ops = triton = graphs = 0
-    open_ = []  # [event, kind, self time so far, sglang frame charged] of the enclosing events
-    def close(entry):
-        e, kind, own, frame = entry
-        by_kind[kind] += own
-        if frame is not None:
-            by_frame[frame] += own
-    for e in mine:
-        t, dur = float(e["ts"]), float(e["dur"])
-        while open_ and float(open_[-1][0]["ts"]) + float(open_[-1][0]["dur"]) <= t:
-            close(open_.pop())
-        parent = open_[-1] if open_ else None
-        if parent is not None:
-            parent[2] -= dur
-        kind = host_event_kind(e, parent[1] if parent else None)
+    for i, e in enumerate(nested.frames):  # a parent comes before its children
+        p = nested.parent[i]
+        if p is not None:
+            own[p] -= float(e["dur"])
+        kind = host_event_kind(e, kinds[p] if p is not None else None)
         frame = None
         if e.get("cat") == "python_function":
             if is_sglang(e["name"]):
                 frame = short_frame(e["name"])
-            elif kind == "sglang Python" and parent is not None:
-                frame = parent[3]  # a built-in sglang called: its caller's
-        if e.get("cat") == "cpu_op" and (parent is None or parent[0].get("cat") != "cpu_op"):
-            ops += 1
+            elif kind == "sglang Python" and p is not None:
+                frame = charged[p]  # a built-in sglang called: its caller's
+        kinds.append(kind)
+        charged.append(frame)
+        ops += e.get("cat") == "cpu_op" and (p is None or nested.frames[p].get("cat") != "cpu_op")
         triton += is_triton_launch(e)
         graphs += "GraphLaunch" in e["name"] and e.get("cat") in RUNTIME_CATS
-        open_.append([e, kind, dur, frame])
-    while open_:
-        close(open_.pop())
+    by_kind, by_frame = collections.Counter(), collections.Counter()
+    for kind, frame, us in zip(kinds, charged, own):
+        by_kind[kind] += us
+        if frame is not None:
+            by_frame[frame] += us
     return {"host_self_us_per_step_by_kind": {k: per_step(by_kind[k], steps)
                                               for k in HOST_KINDS if by_kind[k]},
             "host_self_us_per_step": per_step(sum(by_kind.values()), steps),
@@ -399,12 +394,13 @@ def summarize(events, steps):
         **closing_calls(gaps, gpu, runtime, steps),
     }
     python = complete(events, ("python_function",))
-    frames = python_frames_of_host(python, host_thread(runtime))
+    thread = host_thread(runtime)
+    frames = python_frames_of_host(python, thread)
     if frames:
         stacks = PythonStacks(frames)
         out["python"] = {"host_us_per_step_by_loop_phase": phase_times(stacks, steps),
                          **charge_gaps(gaps, stacks, steps),
-                         **host_self_time(events, host_thread(runtime), steps)}
+                         **host_self_time(events, thread, steps)}
     return out
 
 
