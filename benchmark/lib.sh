@@ -9,6 +9,7 @@ mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 
 budget_start() {  # budget_start SECONDS: the call's time budget starts now
+  # (T0 is also the call's start for tar_logs: once per call, before any server)
   BUDGET=$1 T0=$(date +%s)
 }
 left() { echo $(( BUDGET - ($(date +%s) - T0) )); }  # seconds left
@@ -209,6 +210,18 @@ tar_traces() {  # tar_traces WORK TGZ PATTERN...: WORK/profiles/PATTERN... into 
 }
 
 tar_logs() {  # tar_logs WORK: the server and bench logs under WORK, one folder deep
-  # included (copies of a run in WORK/<name>/), into $OUT/server-logs.tgz
-  (cd "$1" && find . -maxdepth 2 -name '*.log' -print0 | xargs -0 tar czf "$OUT/server-logs.tgz")
+  # included (copies of a run in WORK/<name>/), into $OUT/server-logs.tgz.
+  # Only those written since budget_start: a warm machine keeps WORK, and an
+  # earlier call's logs (other variants, hours older) came back mixed with
+  # this call's. A server kept from an earlier call (KEEP_SERVERS) and measured
+  # again writes its log now, so that one comes too. Without budget_start, all.
+  # From 1 s before T0: date +%s truncates, and file times come from a
+  # coarser clock, so a log written at once could look older than T0.
+  local since=()
+  [ -n "$T0" ] && since=(-newermt "@$(( T0 - 1 ))")
+  rm -f "$OUT/server-logs.tgz"
+  # no log of this call: no file back (and no error: tar refuses an empty archive)
+  (cd "$1" && mapfile -d '' logs < <(find . -maxdepth 2 -name '*.log' "${since[@]}" -print0) \
+    && if [ ${#logs[@]} -gt 0 ]; then tar czf "$OUT/server-logs.tgz" "${logs[@]}"
+       else log "no logs of this call under $1"; fi)
 }

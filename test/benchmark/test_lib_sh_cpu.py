@@ -5,6 +5,7 @@ made by the project's tool (`sglpatch apply [--through NNNN]`)."""
 import os
 import subprocess
 import tarfile
+import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -346,3 +347,45 @@ def test_pack_profiles_falls_back_to_rank_0s_stack_trace_then_to_none(tmp_path):
     res = sh(f"PROFILES_MAX_BYTES=4000 pack_profiles {tmp_path}/work", tmp_path)
     assert not (tmp_path / "out" / "profiles-stack.tgz").exists()
     assert "the stack traces do not fit one file" in res.stdout
+
+
+def _logs_packed(tgz):
+    with tarfile.open(tgz) as tf:
+        return sorted(n for n in tf.getnames() if n.endswith(".log"))
+
+
+def _old_logs(tmp_path):
+    """WORK as a warm machine keeps it: an earlier call's logs, at the top
+    and in a run's copy, three hours old."""
+    work = tmp_path / "work"
+    (work / "old-variant").mkdir(parents=True)
+    (tmp_path / "out").mkdir()
+    old = time.time() - 3 * 3600
+    for log in (work / "server-base.log", work / "old-variant" / "server.log"):
+        log.write_text("an earlier call\n")
+        os.utime(log, (old, old))
+    return work
+
+
+def test_tar_logs_packs_only_the_logs_of_this_call(tmp_path):
+    work = _old_logs(tmp_path)
+    # logs this call writes after budget_start, at the top and one folder deep
+    res = sh(f"echo ready > {work}/server-patched.log && mkdir {work}/pair0 && "
+             f"echo rep > {work}/pair0/bench.log && tar_logs {work}", tmp_path)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert _logs_packed(tmp_path / "out" / "server-logs.tgz") == [
+        "./pair0/bench.log", "./server-patched.log"]
+
+
+def test_tar_logs_without_a_call_start_or_a_new_log(tmp_path):
+    work = _old_logs(tmp_path)
+    # no budget_start (no T0): every log, as before
+    res = sh(f"unset T0; tar_logs {work}", tmp_path)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert _logs_packed(tmp_path / "out" / "server-logs.tgz") == [
+        "./old-variant/server.log", "./server-base.log"]
+    # no log of this call: no file back, and the caller goes on
+    res = sh(f"tar_logs {work} && echo went-on", tmp_path)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "no logs of this call" in res.stdout and "went-on" in res.stdout
+    assert not (tmp_path / "out" / "server-logs.tgz").exists()
