@@ -526,7 +526,7 @@ def patches_applied(data):
 # Trial patches that joined the series, by the patch number they took: a
 # results file measured such a patch as the variant candidate-NAME on top of
 # the series before it, so that server ran the series through that number.
-JOINED = {"candidate-fa3-skip-host-pull": "0011"}
+JOINED = {"candidate-fa3-skip-host-pull": "0011", "candidate-triton-graph-metadata": "0012"}
 
 
 def joined_label(applied, number):
@@ -538,12 +538,13 @@ def joined_label(applied, number):
     return f"{applied[:4]}-{number} (trial patch)"
 
 
-def default_backend_table(paths, link_dir, concurrency=(1, 8, 32)):
-    """The default attention backend (no flag), EAGLE3: the patched build's
-    TPOT over base's and over upstream 0.5.13's, paired by repeat (geometric
-    mean, 90% interval, repeats), one row per file, build and TP size, with
-    the model preset and the patches the build ran; a trial patch that has
-    joined the series (JOINED) is a build of its own."""
+def default_backend_table(paths, link_dir, concurrency=(1, 8, 32), attention_backend="default"):
+    """The default attention backend (no flag; or `attention_backend`),
+    EAGLE3: the patched build's TPOT over base's and over upstream 0.5.13's,
+    paired by repeat (geometric mean, 90% interval, repeats), one row per
+    file, build and TP size, with the model preset and the patches the build
+    ran; a trial patch that has joined the series (JOINED) is a build of its
+    own."""
     rows = []
     for path in paths:
         with open(path) as fh:
@@ -558,7 +559,8 @@ def default_backend_table(paths, link_dir, concurrency=(1, 8, 32)):
         for reference in ("base", UPSTREAM):
             for e in results.paired_ratios(data, base=reference):
                 if e["variant"] in labels \
-                        and e["attention_backend"] == "default" and e["speculative"] == "EAGLE3":
+                        and e["attention_backend"] == attention_backend \
+                        and e["speculative"] == "EAGLE3":
                     pairs[(e["variant"], reference, e["tp"], e["concurrency"])] = e
         name = os.path.basename(path)[:-5]
         for variant in labels:
@@ -596,6 +598,14 @@ DEFAULT_BACKEND = ("2026-11-27-h200x2-tp2-llama-8b-shape-fa3-skip-host-pull.json
                    "2026-11-27-h200-fa3-skip-host-pull-small.json",
                    "2026-11-27-h200x2-tp2-fa3-skip-host-pull.json",
                    "2026-11-27-h100-default-backend-upstream.json")
+# The same table for `--attention-backend triton`, from the calls since the
+# series had patch 0010, the newest first.
+TRITON = ("2026-11-27-h200x2-tp2-triton-graph-metadata-llama-8b-shape.json",
+          "2026-11-27-h200-triton-graph-metadata-llama-8b-shape.json",
+          "2026-11-27-h200x2-tp2-triton-graph-metadata.json",
+          "2026-11-27-h200-triton-graph-metadata.json",
+          "2026-11-27-h200-triton-llama-8b-shape-profile.json",
+          "2026-11-27-h200-llama-8b-shape.json")
 # README -> where its links to the results pages point
 READMES = {"README.md": "benchmark/results", "benchmark/README.md": "results"}
 
@@ -605,4 +615,7 @@ def refresh_readme(text, results_dir, link_dir):
     paths = [os.path.join(results_dir, n) for n in CURRENT]
     text = embed(text, "current-results", ratio_table(paths, link_dir))
     paths = [os.path.join(results_dir, n) for n in DEFAULT_BACKEND]
-    return embed(text, "default-backend-results", default_backend_table(paths, link_dir))
+    text = embed(text, "default-backend-results", default_backend_table(paths, link_dir))
+    paths = [os.path.join(results_dir, n) for n in TRITON]
+    return embed(text, "triton-results",
+                 default_backend_table(paths, link_dir, attention_backend="triton"))

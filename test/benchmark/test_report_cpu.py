@@ -300,3 +300,28 @@ def test_default_backend_table_gives_a_joined_trial_patch_a_row_of_its_own(tmp_p
     assert len(report.default_backend_table([str(path)], "results").splitlines()) == 3
     assert report.joined_label("0001-0010", "0011") == "0001-0011 (trial patch)"
     assert report.joined_label(None, "0011") is None
+
+
+def test_the_triton_table_takes_only_triton_points(tmp_path):
+    """README's Triton table is the same table over `--attention-backend
+    triton` points: a file with both backends gives each table its own rows,
+    and patch 0012's trial server (on a 0001-0011 site) its joined row."""
+    line = "patches 0001-0011 applied by sglpatch 0.2.0; per-step seq_lens host pull off: ..."
+    triton = [_default_point("base", [2.0, 2.0]), _default_point("patched", [1.8, 1.8]),
+              _default_point("candidate-triton-graph-metadata", [1.5, 1.5])]
+    for run in triton:
+        run["attention_backend"] = "triton"
+    data = {"card": "NVIDIA H200", "date": "2026-11-27", "model_preset": "small",
+            "bench": {"side_by_side": True}, "greedy_equivalence": [],
+            "server_starts": [{"setting": "patched-triton-ov1-EAGLE3-pcg1", "sglpatch_line": line}],
+            "runs": triton + [_default_point("base", [4.0, 4.0]),
+                              _default_point("patched", [2.0, 2.0])]}
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(data))
+    rows = report.default_backend_table([str(path)], "results",
+                                        attention_backend="triton").splitlines()
+    assert [r.rstrip(" |").split(" | ")[3:6] for r in rows[2:]] == [
+        ["0001-0011", "1", "0.90 [0.90, 0.90] (2)"],
+        ["0001-0012 (trial patch)", "1", "0.75 [0.75, 0.75] (2)"]]
+    rows = report.default_backend_table([str(path)], "results").splitlines()
+    assert [r.rstrip(" |").split(" | ")[3:6] for r in rows[2:]] == [["0001-0011", "1", "0.50 [0.50, 0.50] (2)"]]

@@ -40,6 +40,9 @@ NAMES = {
     "managers.scheduler.broadcast_reqs_to_tp_ranks": None,
     "speculative.eagle_worker_v2.fa3_draft_extend_graph_supported": None,
     "layers.attention.flashattention_backend.fa3_needs_cpu_seq_lens": None,
+    "layers.attention.base_attn_backend.AttentionBackend.init_forward_metadata_in_graph":
+        ["self", "forward_batch"],
+    "layers.attention.base_attn_backend.call_init_forward_metadata_in_graph": None,
     "model_executor.forward_batch_info.ForwardBatch.mark_forward_metadata_ready":
         ["self", "replan_equivalent"],
     "model_executor.forward_batch_info.ForwardBatch.needs_forward_metadata_init": ["self"],
