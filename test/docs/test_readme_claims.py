@@ -1937,3 +1937,22 @@ def test_patch_0012_over_base_and_its_profile():
     assert (f"{gpu_trial['idle_waiting_on_host_us_per_step'] / 1000:.2f} ms of the "
             f"{gpu_trial['gpu_idle_us_per_step'] / 1000:.2f} ms idle a forward ends") in page
     assert report.idle_share(gpu_trial) > 10  # the GPU-idle goal is still missed with small
+
+
+def test_shipped_series_with_and_without_speculation():
+    """README's Triton bullet: 0001-0012 as `patched` beside base, EAGLE3 and
+    no speculation, one repeat a point, greedy output one digest."""
+    stem = "2026-11-27-h200-triton-whole-series-nospec"
+    data, text = load(stem), readme()
+    assert data["card"] == "NVIDIA H200" and report.patches_applied(data) == "0001-0012"
+    assert {(g["variant"], g["speculative"]) for g in data["greedy_runs"]} == {
+        (v, s) for v in ("base", "patched") for s in ("EAGLE3", "none")}
+    assert {g["sha256"] for g in data["greedy_runs"]} == {"874917e713ccfffd"}
+    ratio = {(e["speculative"], e["concurrency"]): e for e in report.results.paired_ratios(data)
+             if e["variant"] == "patched"}
+    assert all(len(e["ratios"]) == 1 for e in ratio.values())
+    spec, none = ([f"{ratio[(s, c)]['geo_mean']:.2f}" for c in (1, 32)] for s in ("EAGLE3", "none"))
+    assert (f"with EAGLE3 {spec[0]} of base's TPOT at concurrency 1 and {spec[1]} at 32; "
+            f"without speculative decoding {none[0]} and {none[1]}") in text
+    assert f"one repeat does not tell {round(100 * (ratio[('none', 32)]['geo_mean'] - 1))}% " \
+        "from noise" in text
