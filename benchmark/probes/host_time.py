@@ -30,12 +30,13 @@ the host is the bottleneck (TP > 1 on the small model: the GPU idles most of
 each step), the build whose iteration is longer is the slower build, and the
 functions whose time differs say where.
 
-`python3 host_time.py [--pool-from N] DIR...` prints the files under DIR
-side by side (with --pool-from, the batch sizes >= N pooled into one table
-per rank, each per-iteration mean weighted by its iterations), with
-a "(shared code)" row per batch size: how long the code that every build
-runs alike (SHARED_CODE) took per call, against the first build, which is
-how much faster or slower that server's host ran.
+`python3 host_time.py [--before-0012] [--pool-from N] DIR...` prints the
+files under DIR side by side (with --pool-from, the batch sizes >= N pooled
+into one table per rank, each per-iteration mean weighted by its
+iterations), with a "(shared code)" row per batch size: how long the code
+that every build runs alike (SHARED_CODE; with --before-0012, for builds
+without patch 0012, SHARED_CODE_BEFORE_0012) took per call, against the
+first build, which is how much faster or slower that server's host ran.
 SGLPATCH_HOST_TIME_EXTRA="module:Class.method,..." times more functions.
 
 Each timer costs about a microsecond per call in every build alike; compare
@@ -108,14 +109,20 @@ TARGETS = {
 # scheduler landed on, what shares it): the table's "(shared code)" row is
 # that speed, build against the first build, so a difference in iteration
 # time can be set against it. test_probe_host_time_cpu checks the source.
+# Patch 0012 moves part of the Triton backends' replay metadata into the
+# graphs, so their host time differs by design and they left the list;
+# SHARED_CODE_BEFORE_0012 is the yardstick of probes of builds without 0012
+# (every probe committed before it: `--before-0012` renders them).
 SHARED_CODE = (
     "assign_req_to_token_pool_func",
     "EAGLEDraftCudaGraphRunner.replay",
-    "TritonAttnBackend.init_forward_metadata_replay_cuda_graph",
-    "TritonMultiStepDraftBackend.init_forward_metadata_replay_cuda_graph",
     "FlashInferAttnBackend.init_forward_metadata",
     "FlashInferAttnBackend.init_forward_metadata_replay_cuda_graph",
     "FlashInferMultiStepDraftBackend.init_forward_metadata_replay_cuda_graph",
+)
+SHARED_CODE_BEFORE_0012 = SHARED_CODE + (
+    "TritonAttnBackend.init_forward_metadata_replay_cuda_graph",
+    "TritonMultiStepDraftBackend.init_forward_metadata_replay_cuda_graph",
 )
 # SGLPATCH_HOST_TIME_EXTRA: more functions to time without editing this
 # file, "module:Class.method" or "module:function", comma-separated.
@@ -396,11 +403,11 @@ def p50(row):
     return pct[0] if pct else None
 
 
-def shared_code_ratio(row, ref):
-    """(n, geometric mean over the SHARED_CODE functions both rows ran of
+def shared_code_ratio(row, ref, shared_code=SHARED_CODE):
+    """(n, geometric mean over the `shared_code` functions both rows ran of
     row's time per call over ref's), or None when they share none."""
     ratios = []
-    for name in SHARED_CODE:
+    for name in shared_code:
         a, b = row["functions"].get(name), ref["functions"].get(name)
         if a and b and a[0] and b[0] and a[1] > 0 and b[1] > 0:
             ratios.append((a[1] / a[0]) / (b[1] / b[0]))
@@ -442,9 +449,10 @@ def _batch_key(bs):
     return int(bs), f"batch size {bs}"
 
 
-def table(reports, min_us=5.0):
+def table(reports, min_us=5.0, shared_code=SHARED_CODE):
     """Markdown: per batch size and rank, each build's iteration time and the
-    functions that take >= min_us in any build."""
+    functions that take >= min_us in any build; the shared-code row over
+    `shared_code`."""
     lines = []
     builds = sorted({r["build"] for r in reports})
     keys = sorted({(bs, r["rank"]) for r in reports for bs in r["by_batch_size"]},
@@ -469,7 +477,7 @@ def table(reports, min_us=5.0):
                 cells.append(f"{f[0]:g} / {f[1]:g}" if f else "—")
             lines.append(f"| {n} | " + " | ".join(cells) + " |")
         ref = rows.get(builds[0])
-        shared = [shared_code_ratio(rows[b], ref) if ref and rows.get(b) else None
+        shared = [shared_code_ratio(rows[b], ref, shared_code) if ref and rows.get(b) else None
                   for b in builds[1:]]
         if any(shared):
             cells = ["1"] + [f"{r[1]:.3f} ({r[0]} functions)" if r else "—"
@@ -518,9 +526,13 @@ def gc_table(reports, top=15):
 
 
 def main(argv):
-    """host_time.py [--pool-from N] DIR...: the files under DIR side by side;
-    with --pool-from, batch sizes >= N as one pooled table per rank."""
-    lo = None
+    """host_time.py [--before-0012] [--pool-from N] DIR...: the files under
+    DIR side by side; with --pool-from, batch sizes >= N as one pooled table
+    per rank; with --before-0012, builds without patch 0012, whose shared
+    code includes the Triton backends' replay metadata."""
+    lo, shared_code = None, SHARED_CODE
+    if argv[:1] == ["--before-0012"]:
+        shared_code, argv = SHARED_CODE_BEFORE_0012, argv[1:]
     if argv[:1] == ["--pool-from"]:
         if len(argv) < 2 or not argv[1].isdigit() or int(argv[1]) < 1:
             print("host_time: --pool-from takes a batch size >= 1", file=sys.stderr)
@@ -533,7 +545,7 @@ def main(argv):
         print(f"host_time: no *-host.json with decode iterations under {' '.join(argv or ['.'])}"
               + (f" at batch size {lo} or more" if lo else ""), file=sys.stderr)
         return 1
-    print(table(reports))
+    print(table(reports, shared_code=shared_code))
     return 0
 
 

@@ -283,6 +283,21 @@ def test_shared_code_row_is_the_geometric_mean_of_per_call_ratios(tmp_path):
     assert host_time.shared_code_ratio({"functions": {}}, {"functions": fns["/tmp/sb"]}) is None
 
 
+def test_before_0012_counts_the_triton_replay_metadata_as_shared(tmp_path, capsys):
+    # Patch 0012 moves part of Triton's replay metadata into the graphs, so
+    # its function is shared code only between builds without 0012.
+    triton = "TritonAttnBackend.init_forward_metadata_replay_cuda_graph"
+    for build, us in (("/tmp/sb", 10.0), ("/tmp/sp", 20.0)):
+        _write_host(tmp_path, build, 0, {"1": {
+            "iterations": 5, "iteration_us": 100.0,
+            "functions": {"assign_req_to_token_pool_func": [1, 10.0], triton: [1, us]}}})
+    assert host_time.main([str(tmp_path)]) == 0
+    assert "| 1 | 1.000 (1 functions) |" in capsys.readouterr().out
+    assert host_time.main(["--before-0012", str(tmp_path)]) == 0
+    assert f"| 1 | {2 ** 0.5:.3f} (2 functions) |" in capsys.readouterr().out
+    assert triton not in host_time.SHARED_CODE
+
+
 def _function_source(path, qualname):
     import ast
 

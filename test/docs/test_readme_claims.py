@@ -499,12 +499,12 @@ def test_flashinfer_host_time_claim_matches_the_probe():
         "ScheduleBatch.get_model_worker_batch", "ScheduleBatch.maybe_wait_verify_done"))
     assert (round(only_patched), round(only_base)) == (int(m.group(5)), int(m.group(6)))
     assert abs((only_patched - only_base) - int(m.group(4))) < 5
-    _, shared = host_time.shared_code_ratio(patched, base)
+    _, shared = host_time.shared_code_ratio(patched, base, host_time.SHARED_CODE_BEFORE_0012)
     assert f"{shared:.2f}" == m.group(7)
     before = []
     for folder in ("tp2-host-time", "gc-garbage"):
         b, p = probe_rows(folder)
-        before.append(host_time.shared_code_ratio(p, b)[1])
+        before.append(host_time.shared_code_ratio(p, b, host_time.SHARED_CODE_BEFORE_0012)[1])
     assert (f"{min(before):.2f}", f"{max(before):.2f}") == m.groups()[7:]
     m = re.search(r"Divided by that host speed, a patched step took ([\d.]+) times base's "
                   r"\(the table's last row\), about what the relay's extra (\d+) us are of "
@@ -553,7 +553,7 @@ def test_tp2_host_speed_claim_in_known_limits_matches_the_probe():
     assert m, "Known limits' TP=2 host-speed sentence is gone"
     for rank, faster, corrected in ((0, m.group(1), m.group(3)), (1, m.group(2), m.group(4))):
         base, patched = probe_rows("tp2-host-time", rank)
-        _, shared = host_time.shared_code_ratio(patched, base)
+        _, shared = host_time.shared_code_ratio(patched, base, host_time.SHARED_CODE_BEFORE_0012)
         assert f"{round((1 - shared) * 100)}" == faster
         step = host_time.p50(patched) / host_time.p50(base) / shared
         assert f"{step:.2f}" == corrected
@@ -811,7 +811,8 @@ def test_c32_host_time_claims():
     with open(os.path.join(H200X2_PROBES, "tp2-c32-host-time.md")) as fh:
         page = fh.read()
     assert page.strip() == host_time.table(host_time.pool_batch_sizes(host_time.load(
-        [os.path.join(H200X2_PROBES, "tp2-c32-host-time")]), 16)).strip()
+        [os.path.join(H200X2_PROBES, "tp2-c32-host-time")]), 16),
+        shared_code=host_time.SHARED_CODE_BEFORE_0012).strip()
 
 
 def test_unpinned_h200_admission_claim():
@@ -1538,6 +1539,22 @@ def trial_cell(e):
     return report.paired_cell(e) if n >= 3 else f"{e['geo_mean']:.2f} ({n})"
 
 
+def trial_call(stem, preset, tp, digest, calls, trial, backend, page):
+    """A results file of a trial patch's calls on H200s: base, the whole
+    series and the trial patch side by side with `backend` at `tp`, one
+    greedy digest (named on the trial's `page`) over the three servers of
+    each of its `calls`, none off its own chain."""
+    data = load(stem)
+    assert data["card"] == "NVIDIA H200" and data["model_preset"] == preset
+    assert {r["variant"] for r in data["runs"]} == {"base", "patched", trial}
+    assert {r["attention_backend"] for r in data["runs"]} == {backend}
+    assert {r.get("tp", 1) for r in data["runs"]} == {tp}
+    assert {g["sha256"] for g in data["greedy_runs"]} == {digest} and digest in page
+    assert len(data["greedy_runs"]) == 3 * calls
+    assert all(g["prompts_off_own_chain"] == 0 for g in data["greedy_runs"])
+    return data
+
+
 def test_trial_patch_calls_are_what_its_page_says():
     """Patch 0011's measurements as the trial patch candidate-fa3-skip-host-pull
     on top of 0001-0010 (docs/patches/0011-fa3-skip-host-pull.md)."""
@@ -1547,14 +1564,7 @@ def test_trial_patch_calls_are_what_its_page_says():
             (TRIAL_SMALL, "small", 1, "874917e713ccfffd", 1),
             (TRIAL_TP2, "small", 2, "874917e713ccfffd", 1),
             (TRIAL_TP2_LLAMA, "llama-8b-shape", 2, "61c37811b172bcb0", 2)):
-        data = load(stem)
-        assert data["card"] == "NVIDIA H200" and data["model_preset"] == preset
-        assert {r["variant"] for r in data["runs"]} == {"base", "patched", TRIAL}
-        assert {r["attention_backend"] for r in data["runs"]} == {"default"}
-        assert {r.get("tp", 1) for r in data["runs"]} == {tp}
-        assert {g["sha256"] for g in data["greedy_runs"]} == {digest}
-        assert len(data["greedy_runs"]) == 3 * calls and digest in text
-        assert all(g["prompts_off_own_chain"] == 0 for g in data["greedy_runs"])
+        trial_call(stem, preset, tp, digest, calls, TRIAL, "default", text)
         lines = evidence_lines(stem + "-server-lines.log")
         assert sum("Use fa3 backend by default" in x for x in lines) == 3 * calls
         assert not any("whole page-table rows" in x for x in lines)
@@ -1854,15 +1864,8 @@ def test_patch_0012_calls_are_what_its_page_says():
             (G_LLAMA, "llama-8b-shape", 1, "61c37811b172bcb0", 1),
             (G_TP2, "small", 2, "874917e713ccfffd", 1),
             (G_TP2_LLAMA, "llama-8b-shape", 2, "61c37811b172bcb0", 1)):
-        data = load(stem)
-        assert data["card"] == "NVIDIA H200" and data["model_preset"] == preset
-        assert {r["variant"] for r in data["runs"]} == {"base", "patched", TRIAL_0012}
-        assert {r["attention_backend"] for r in data["runs"]} == {"triton"}
-        assert {r.get("tp", 1) for r in data["runs"]} == {tp}
+        data = trial_call(stem, preset, tp, digest, calls, TRIAL_0012, "triton", text)
         assert report.patches_applied(data) == "0001-0011"
-        assert {g["sha256"] for g in data["greedy_runs"]} == {digest} and digest in text
-        assert len(data["greedy_runs"]) == 3 * calls
-        assert all(g["prompts_off_own_chain"] == 0 for g in data["greedy_runs"])
         lines = evidence_lines(stem + "-server-lines.log")
         started = [x for x in lines if "sglpatch: " in x]
         assert len(started) == 2 * calls and all("host pull off" in x for x in started)
