@@ -538,8 +538,8 @@ def joined_label(applied, number):
     return f"{applied[:4]}-{number} (trial patch)"
 
 
-def default_backend_table(paths, link_dir, concurrency=(1, 8, 32), attention_backend="default"):
-    """The default attention backend (no flag; or `attention_backend`),
+def backend_table(paths, link_dir, concurrency=(1, 8, 32), attention_backend="default"):
+    """One attention backend (`default`: no flag, the one sglang picks),
     EAGLE3: the patched build's TPOT over base's and over upstream 0.5.13's,
     paired by repeat (geometric mean, 90% interval, repeats), one row per
     file, build and TP size, with the model preset and the patches the build
@@ -615,7 +615,7 @@ def refresh_readme(text, results_dir, link_dir):
     paths = [os.path.join(results_dir, n) for n in CURRENT]
     text = embed(text, "current-results", ratio_table(paths, link_dir))
     paths = [os.path.join(results_dir, n) for n in DEFAULT_BACKEND]
-    text = embed(text, "default-backend-results", default_backend_table(paths, link_dir))
+    text = embed(text, "default-backend-results", backend_table(paths, link_dir))
     paths = [os.path.join(results_dir, n) for n in TRITON]
     return embed(text, "triton-results",
-                 default_backend_table(paths, link_dir, attention_backend="triton"))
+                 backend_table(paths, link_dir, attention_backend="triton"))

@@ -218,14 +218,14 @@ def _default_point(variant, tpots, c=1, tp=1):
     return run
 
 
-def test_default_backend_table_pairs_patched_with_base_and_upstream(tmp_path):
+def test_backend_table_pairs_patched_with_base_and_upstream(tmp_path):
     data = {"card": "NVIDIA H100", "date": "2026-11-27", "model_preset": "small",
             "bench": {"side_by_side": True}, "greedy_equivalence": [],
             "runs": [_default_point("base", [2.0, 2.0]), _default_point("patched", [1.8, 2.2]),
                      _default_point("upstream-0.5.13", [2.0, 2.2])]}
     path = tmp_path / "x.json"
     path.write_text(json.dumps(data))
-    table = report.default_backend_table([str(path)], "results")
+    table = report.backend_table([str(path)], "results")
     # patched / base: 0.90, 1.10 -> geo 0.995; patched / upstream: 0.90, 1.00 -> 0.949;
     # no point at c=8 or c=32, so no column for them; no start line, no patches column
     assert table.splitlines() == [
@@ -234,7 +234,7 @@ def test_default_backend_table_pairs_patched_with_base_and_upstream(tmp_path):
         "| [x](results/x.md) | NVIDIA H100 | small | 1 | 0.99 [0.53, 1.87] (2) | 0.95 [0.68, 1.32] (2) |"]
 
 
-def test_default_backend_table_gives_a_row_per_tp_and_the_patches_run(tmp_path):
+def test_backend_table_gives_a_row_per_tp_and_the_patches_run(tmp_path):
     line = "patches 0001-0010 applied by sglpatch 0.2.0; per-step seq_lens host pull on: ..."
     data = {"card": "NVIDIA H200", "date": "2026-11-27", "model_preset": "llama-8b-shape",
             "bench": {"side_by_side": True}, "greedy_equivalence": [],
@@ -249,7 +249,7 @@ def test_default_backend_table_gives_a_row_per_tp_and_the_patches_run(tmp_path):
     path = tmp_path / "y.json"
     path.write_text(json.dumps(data))
     assert report.patches_applied(data) == "0001-0010"
-    rows = report.default_backend_table([str(path)], "results").splitlines()
+    rows = report.backend_table([str(path)], "results").splitlines()
     assert rows[0] == "| results | card | model | patched | tp | / base, c=1 |"
     assert rows[2].startswith("| [y](results/y.md) | NVIDIA H200 | llama-8b-shape | 0001-0010 | 1 | 0.50 ")
     assert rows[3].startswith("| [y](results/y.md) | NVIDIA H200 | llama-8b-shape | 0001-0010 | 2 | 0.61 ")
@@ -277,7 +277,7 @@ def test_stack_profiles_say_what_the_host_did_by_kind_of_work():
     assert "### What the host did" not in report.render(data, "x.json")
 
 
-def test_default_backend_table_gives_a_joined_trial_patch_a_row_of_its_own(tmp_path):
+def test_backend_table_gives_a_joined_trial_patch_a_row_of_its_own(tmp_path):
     """A trial patch that joined the series (report.JOINED) was measured as
     candidate-NAME on top of the patches its site's start line names: its
     row is that series through the patch's number, under the patched row."""
@@ -290,14 +290,14 @@ def test_default_backend_table_gives_a_joined_trial_patch_a_row_of_its_own(tmp_p
                      _default_point(trial, [1.2, 1.2])]}
     path = tmp_path / "z.json"
     path.write_text(json.dumps(data))
-    rows = report.default_backend_table([str(path)], "results").splitlines()
+    rows = report.backend_table([str(path)], "results").splitlines()
     assert rows[2].startswith("| [z](results/z.md) | NVIDIA H200 | small | 0001-0010 | 1 | 0.80 ")
     assert rows[3].startswith(f"| [z](results/z.md) | NVIDIA H200 | small | "
                               f"0001-{report.JOINED[trial]} (trial patch) | 1 | 0.60 ")
     # a site whose patches the trial patch does not follow gets no such row
     data["server_starts"][0]["sglpatch_line"] = line.replace("0010", "0008")
     path.write_text(json.dumps(data))
-    assert len(report.default_backend_table([str(path)], "results").splitlines()) == 3
+    assert len(report.backend_table([str(path)], "results").splitlines()) == 3
     assert report.joined_label("0001-0010", "0011") == "0001-0011 (trial patch)"
     assert report.joined_label(None, "0011") is None
 
@@ -318,10 +318,10 @@ def test_the_triton_table_takes_only_triton_points(tmp_path):
                               _default_point("patched", [2.0, 2.0])]}
     path = tmp_path / "t.json"
     path.write_text(json.dumps(data))
-    rows = report.default_backend_table([str(path)], "results",
+    rows = report.backend_table([str(path)], "results",
                                         attention_backend="triton").splitlines()
     assert [r.rstrip(" |").split(" | ")[3:6] for r in rows[2:]] == [
         ["0001-0011", "1", "0.90 [0.90, 0.90] (2)"],
         ["0001-0012 (trial patch)", "1", "0.75 [0.75, 0.75] (2)"]]
-    rows = report.default_backend_table([str(path)], "results").splitlines()
+    rows = report.backend_table([str(path)], "results").splitlines()
     assert [r.rstrip(" |").split(" | ")[3:6] for r in rows[2:]] == [["0001-0011", "1", "0.50 [0.50, 0.50] (2)"]]
