@@ -1959,3 +1959,14 @@ def test_shipped_series_with_and_without_speculation():
             f"without speculative decoding {none[0]} and {none[1]}") in text
     assert f"one repeat does not tell {round(100 * (ratio[('none', 32)]['geo_mean'] - 1))}% " \
         "from noise" in text
+
+
+def test_patch_0012_page_names_the_host_frame_that_now_leads():
+    """The 0012 page's next target: the sglang frame with the most host self
+    time in the trial server's stack profile."""
+    data = load(G_SMALL)
+    py = next(p for p in data["profiles"]
+              if p["variant"] == TRIAL_0012 and p["with_stack"])["python"]
+    top = max(py["host_self_us_per_step_by_sglang_frame"].items(), key=lambda kv: kv[1])[0]
+    assert top == "srt/model_executor/forward_batch_info.py: init_new"
+    assert "the sglang frame with the most is now `ForwardBatch.init_new`" in flat(PAGE_0012)
