@@ -326,9 +326,8 @@ def host_self_time(events, thread, steps):
     """The launching thread's self time per step by kind of work
     (HOST_KINDS), its launches per step, and the sglang frames with the
     most self time."""
-    nested = PythonStacks(e for e in events
-                          if e.get("cat") in ("python_function", "cpu_op") + RUNTIME_CATS
-                          and (e.get("pid"), e.get("tid")) == thread)
+    nested = PythonStacks(e for e in complete(events, ("python_function", "cpu_op") + RUNTIME_CATS)
+                          if (e.get("pid"), e.get("tid")) == thread)
     own = [float(e["dur"]) for e in nested.frames]  # less the events inside, below
     kinds, charged = [], []  # per event: its kind, the sglang frame its time goes to
     ops = triton = graphs = 0
@@ -345,9 +344,10 @@ def host_self_time(events, thread, steps):
                 frame = charged[p]  # a built-in sglang called: its caller's
         kinds.append(kind)
         charged.append(frame)
-        ops += e.get("cat") == "cpu_op" and (p is None or nested.frames[p].get("cat") != "cpu_op")
+        # an operator called from Python, not one inside another operator
+        ops += kind == "PyTorch operators (C++)" and (p is None or kinds[p] != kind)
         triton += is_triton_launch(e)
-        graphs += "GraphLaunch" in e["name"] and e.get("cat") in RUNTIME_CATS
+        graphs += kind == "CUDA graph launches"
     by_kind, by_frame = collections.Counter(), collections.Counter()
     for kind, frame, us in zip(kinds, charged, own):
         by_kind[kind] += us

@@ -300,11 +300,13 @@ def _traces(tmp_path, names, size):
     (tmp_path / "out").mkdir()
 
 
-def _packed(tgz):
+def _packed(tgz, suffix=".gz", name=os.path.basename):
+    """The names (by default the file names alone) of the archive's members
+    ending in `suffix`, sorted; None where there is no archive."""
     if not tgz.exists():
         return None
     with tarfile.open(tgz) as tf:
-        return sorted(os.path.basename(n) for n in tf.getnames() if n.endswith(".gz"))
+        return sorted(name(n) for n in tf.getnames() if n.endswith(suffix))
 
 
 GPU_TRACES = ["p-c1-gpu-rank0.trace.json.gz", "p-c1-gpu-rank1.trace.json.gz"]
@@ -349,11 +351,6 @@ def test_pack_profiles_falls_back_to_rank_0s_stack_trace_then_to_none(tmp_path):
     assert "the stack traces do not fit one file" in res.stdout
 
 
-def _logs_packed(tgz):
-    with tarfile.open(tgz) as tf:
-        return sorted(n for n in tf.getnames() if n.endswith(".log"))
-
-
 def _old_logs(tmp_path):
     """WORK as a warm machine keeps it: an earlier call's logs, at the top
     and in a run's copy, three hours old."""
@@ -373,7 +370,7 @@ def test_tar_logs_packs_only_the_logs_of_this_call(tmp_path):
     res = sh(f"echo ready > {work}/server-patched.log && mkdir {work}/pair0 && "
              f"echo rep > {work}/pair0/bench.log && tar_logs {work}", tmp_path)
     assert res.returncode == 0, res.stdout + res.stderr
-    assert _logs_packed(tmp_path / "out" / "server-logs.tgz") == [
+    assert _packed(tmp_path / "out" / "server-logs.tgz", ".log", str) == [
         "./pair0/bench.log", "./server-patched.log"]
 
 
@@ -382,7 +379,7 @@ def test_tar_logs_without_a_call_start_or_a_new_log(tmp_path):
     # no budget_start (no T0): every log, as before
     res = sh(f"unset T0; tar_logs {work}", tmp_path)
     assert res.returncode == 0, res.stdout + res.stderr
-    assert _logs_packed(tmp_path / "out" / "server-logs.tgz") == [
+    assert _packed(tmp_path / "out" / "server-logs.tgz", ".log", str) == [
         "./old-variant/server.log", "./server-base.log"]
     # no log of this call: no file back, and the caller goes on
     res = sh(f"tar_logs {work} && echo went-on", tmp_path)
