@@ -538,9 +538,11 @@ def joined_label(applied, number):
     return f"{applied[:4]}-{number} (trial patch)"
 
 
-def backend_table(paths, link_dir, concurrency=(1, 8, 32), attention_backend="default"):
-    """One attention backend (`default`: no flag, the one sglang picks),
-    EAGLE3: the patched build's TPOT over base's and over upstream 0.5.13's,
+def backend_table(paths, link_dir, concurrency=(1, 8, 32), attention_backend="default",
+                  speculative="EAGLE3"):
+    """One attention backend (`default`: no flag, the one sglang picks) and
+    one speculative algorithm (`none`: without speculative decoding): the
+    patched build's TPOT over base's and over upstream 0.5.13's,
     paired by repeat (geometric mean, 90% interval, repeats), one row per
     file, build and TP size, with the model preset and the patches the build
     ran; a trial patch that has joined the series (JOINED) is a build of its
@@ -560,7 +562,7 @@ def backend_table(paths, link_dir, concurrency=(1, 8, 32), attention_backend="de
             for e in results.paired_ratios(data, base=reference):
                 if e["variant"] in labels \
                         and e["attention_backend"] == attention_backend \
-                        and e["speculative"] == "EAGLE3":
+                        and e["speculative"] == speculative:
                     pairs[(e["variant"], reference, e["tp"], e["concurrency"])] = e
         name = os.path.basename(path)[:-5]
         for variant in labels:
@@ -588,7 +590,8 @@ def embed(text, name, block):
 # the same time and were measured in turn): the READMEs' current results.
 CURRENT = ("2026-11-26-h200-machine-e.json", "2026-11-26-h200-machine-f.json")
 # ... and those with the attention backend sglang picks (no flag)
-DEFAULT_BACKEND = ("2026-11-27-h200x2-tp2-llama-8b-shape-fa3-skip-host-pull.json",
+DEFAULT_BACKEND = ("2026-11-27-h200-default-backend-shipped-series-upstream.json",
+                   "2026-11-27-h200x2-tp2-llama-8b-shape-fa3-skip-host-pull.json",
                    "2026-11-27-h200-fa3-skip-host-pull-llama-8b-shape.json",
                    "2026-11-27-h200-default-backend-whole-series-upstream.json",
                    "2026-11-27-h100-fa3-draft-extend-graph.json",
@@ -600,12 +603,20 @@ DEFAULT_BACKEND = ("2026-11-27-h200x2-tp2-llama-8b-shape-fa3-skip-host-pull.json
                    "2026-11-27-h100-default-backend-upstream.json")
 # The same table for `--attention-backend triton`, from the calls since the
 # series had patch 0010, the newest first.
-TRITON = ("2026-11-27-h200x2-tp2-triton-graph-metadata-llama-8b-shape.json",
+TRITON = ("2026-11-27-h100x2-tp2-triton-shipped-series-nospec.json",
+          "2026-11-27-h200-triton-shipped-series-nospec.json",
+          "2026-11-27-h200-triton-whole-series-nospec.json",
+          "2026-11-27-h200x2-tp2-triton-graph-metadata-llama-8b-shape.json",
           "2026-11-27-h200-triton-graph-metadata-llama-8b-shape.json",
           "2026-11-27-h200x2-tp2-triton-graph-metadata.json",
           "2026-11-27-h200-triton-graph-metadata.json",
           "2026-11-27-h200-triton-llama-8b-shape-profile.json",
           "2026-11-27-h200-llama-8b-shape.json")
+# The series as shipped beside base without speculative decoding (Triton,
+# the same servers' calls as the EAGLE3 rows above), the newest first.
+NO_SPECULATION = ("2026-11-27-h100x2-tp2-triton-shipped-series-nospec.json",
+                  "2026-11-27-h200-triton-shipped-series-nospec.json",
+                  "2026-11-27-h200-triton-whole-series-nospec.json")
 # README -> where its links to the results pages point
 READMES = {"README.md": "benchmark/results", "benchmark/README.md": "results"}
 
@@ -617,5 +628,8 @@ def refresh_readme(text, results_dir, link_dir):
     paths = [os.path.join(results_dir, n) for n in DEFAULT_BACKEND]
     text = embed(text, "default-backend-results", backend_table(paths, link_dir))
     paths = [os.path.join(results_dir, n) for n in TRITON]
-    return embed(text, "triton-results",
+    text = embed(text, "triton-results",
                  backend_table(paths, link_dir, attention_backend="triton"))
+    paths = [os.path.join(results_dir, n) for n in NO_SPECULATION]
+    return embed(text, "nospec-results", backend_table(
+        paths, link_dir, attention_backend="triton", speculative="none"))

@@ -325,3 +325,30 @@ def test_the_triton_table_takes_only_triton_points(tmp_path):
         ["0001-0012 (trial patch)", "1", "0.75 [0.75, 0.75] (2)"]]
     rows = report.backend_table([str(path)], "results").splitlines()
     assert [r.rstrip(" |").split(" | ")[3:6] for r in rows[2:]] == [["0001-0011", "1", "0.50 [0.50, 0.50] (2)"]]
+
+
+def test_the_no_speculation_table_takes_only_points_without_it(tmp_path):
+    """README's no-speculation table: the same pairing over the points run
+    without speculative decoding; a file with both gives each table its own
+    rows, and the README embeds it between its own markers."""
+    line = "patches 0001-0012 applied by sglpatch 0.2.0; per-step seq_lens host pull off: ..."
+    plain = [_default_point("base", [2.0, 2.0], c=32), _default_point("patched", [1.6, 1.6], c=32)]
+    for run in plain:
+        run["speculative"] = "none"
+    data = {"card": "NVIDIA H200", "date": "2026-11-27", "model_preset": "small",
+            "bench": {"side_by_side": True}, "greedy_equivalence": [],
+            "server_starts": [{"setting": "patched-default-ov1-EAGLE3-pcg1", "sglpatch_line": line}],
+            "runs": plain + [_default_point("base", [2.0, 2.0]), _default_point("patched", [1.8, 1.8])]}
+    path = tmp_path / "n.json"
+    path.write_text(json.dumps(data))
+    rows = report.backend_table([str(path)], "results", speculative="none").splitlines()
+    assert rows[0].endswith("| / base, c=32 |")
+    assert [r.rstrip(" |").split(" | ")[3:6] for r in rows[2:]] == [
+        ["0001-0012", "1", "0.80 [0.80, 0.80] (2)"]]
+    rows = report.backend_table([str(path)], "results").splitlines()
+    assert [r.rstrip(" |").split(" | ")[3:6] for r in rows[2:]] == [["0001-0012", "1", "0.90 [0.90, 0.90] (2)"]]
+    text = report.refresh_readme("\n".join(f"<!-- begin {n} -->\n<!-- end {n} -->" for n in (
+        "current-results", "default-backend-results", "triton-results", "nospec-results")),
+        RESULTS, "results")
+    block = text[text.index("<!-- begin nospec-results -->"):]
+    assert all(f"[{n[:-5]}](results/{n[:-5]}.md)" in block for n in report.NO_SPECULATION)
