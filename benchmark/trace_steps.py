@@ -322,12 +322,15 @@ def is_triton_launch(e):
     return e.get("cat") == "python_function" and "triton/runtime/jit.py" in where and func == "run"
 
 
-def host_self_time(events, thread, steps):
+def host_self_time(events, thread, frames, steps):
     """The launching thread's self time per step by kind of work
     (HOST_KINDS), its launches per step, and the sglang frames with the
-    most self time."""
-    nested = PythonStacks(e for e in complete(events, ("python_function", "cpu_op") + RUNTIME_CATS)
-                          if (e.get("pid"), e.get("tid")) == thread)
+    most self time. `frames` are that thread's Python frames as
+    python_frames_of_host found them, which may be filed under another
+    thread id than its operators and runtime calls."""
+    calls = [e for e in complete(events, ("cpu_op",) + RUNTIME_CATS)
+             if (e.get("pid"), e.get("tid")) == thread]
+    nested = PythonStacks(list(frames) + calls)
     own = [float(e["dur"]) for e in nested.frames]  # less the events inside, below
     kinds, charged = [], []  # per event: its kind, the sglang frame its time goes to
     ops = triton = graphs = 0
@@ -400,7 +403,7 @@ def summarize(events, steps):
         stacks = PythonStacks(frames)
         out["python"] = {"host_us_per_step_by_loop_phase": phase_times(stacks, steps),
                          **charge_gaps(gaps, stacks, steps),
-                         **host_self_time(events, thread, steps)}
+                         **host_self_time(events, thread, frames, steps)}
     return out
 
 

@@ -130,6 +130,24 @@ def test_python_frames_filed_under_another_thread_id_are_found():
     assert sum(p["idle_us_per_step_by_frame"].values()) == 195
 
 
+def test_host_self_time_finds_python_frames_filed_under_another_thread_id():
+    """The trace may file the launching thread's Python frames under another
+    thread id than its operators and runtime calls: the host-work split
+    still charges the Python its own time, as with one id."""
+    ev = host_work_trace()
+    for e in ev:
+        if e["cat"] == "python_function" and e.get("tid") != 99:
+            e["tid"] = 12  # the operators and runtime calls stay on tid 11
+    moved = trace_steps.summarize(ev, steps=1)["python"]
+    same = trace_steps.summarize(host_work_trace(), steps=1)["python"]
+    for k in ("host_self_us_per_step_by_kind", "host_self_us_per_step", "operator_calls_per_step",
+              "triton_launches_per_step", "graph_launches_per_step",
+              "host_self_us_per_step_by_sglang_frame"):
+        assert moved[k] == same[k], k
+    assert moved["host_self_us_per_step_by_sglang_frame"] == {
+        "srt/managers/scheduler.py: run_batch": 400}
+
+
 def test_no_python_section_without_stack_and_error_without_gpu():
     plain = [e for e in two_step_trace() if e["cat"] != "python_function"]
     assert "python" not in trace_steps.summarize(plain, steps=2)
