@@ -591,6 +591,7 @@ def embed(text, name, block):
 CURRENT = ("2026-11-26-h200-machine-e.json", "2026-11-26-h200-machine-f.json")
 # ... and those with the attention backend sglang picks (no flag)
 DEFAULT_BACKEND = ("2026-11-27-h200-default-backend-shipped-series-upstream.json",
+                   "2026-11-27-h200-default-backend-shipped-series-upstream-llama-8b-shape.json",
                    "2026-11-27-h200x2-tp2-llama-8b-shape-fa3-skip-host-pull.json",
                    "2026-11-27-h200-fa3-skip-host-pull-llama-8b-shape.json",
                    "2026-11-27-h200-default-backend-whole-series-upstream.json",

@@ -2041,13 +2041,16 @@ def test_patch_0012_page_names_the_shipped_series_calls():
     files = {SHIPPED_TRITON[0]: (["call 19"], "an H200, one repeat a point"),
              SHIPPED_TRITON[1]: (["call 20"], "another H200, two repeats"),
              SHIPPED_TRITON[2]: (["call 25", "call 26"], "calls 25 and 26 on one H100 ×2"),
-             SHIPPED_FA3: (["call 23", "call 24"], "calls 23 and 24 on the H200 of call 20")}
+             SHIPPED_FA3: (["call 23", "call 24"], "calls 23 and 24 on the H200 of call 20"),
+             SHIPPED_FA3_LLAMA: (["call 30", "call 31"], "calls 30 and 31 on one H200"),
+             SHIPPED_FLASHINFER: (["call 33"], "call 33, on the machine of calls 27 to 31")}
+    digest = {"small": "874917e713ccfffd", "llama-8b-shape": "61c37811b172bcb0"}
     for stem, (calls, said) in files.items():
         data = load(stem)
         assert f"`{stem}` (" in text and said in text
         assert report.patches_applied(data) == "0001-0012"
         assert sorted({s["call"] for r in data["runs"] for s in r["samples"]}) == calls
-        assert {g["sha256"] for g in data["greedy_runs"]} == {"874917e713ccfffd"}
+        assert {g["sha256"] for g in data["greedy_runs"]} == {digest[data["model"]["preset"]]}
         if stem != SHIPPED_TRITON[0]:  # call 19 was stopped before its logs were packed
             started = [x for x in evidence_lines(stem + "-server-lines.log") if "sglpatch: " in x]
             assert started and all("patches 0001-0012 applied" in x for x in started)
@@ -2059,6 +2062,80 @@ def test_patch_0012_page_names_the_shipped_series_calls():
     assert len(starts) == 4
     said = f"{min(starts):.0f} to {max(starts):.0f} s to start"
     assert said in text and said in readme()
+    starts = sorted(s["start_s"] for s in load(SHIPPED_FLASHINFER)["server_starts"])
+    said = f"the two servers took {starts[0]:.0f} and {starts[1]:.0f} s to start"
+    assert said in text
+    assert f"its two servers took {starts[0]:.0f} and {starts[1]:.0f} s to start" in readme()
+
+
+SHIPPED_FA3_LLAMA = SHIPPED_FA3 + "-llama-8b-shape"
+SHIPPED_FLASHINFER = "2026-11-27-h200-flashinfer-shipped-series"
+
+
+def test_shipped_series_beside_upstream_with_llama_8b_shape():
+    """README: 0001-0012, base and upstream 0.5.13 with the default backend and
+    `llama-8b-shape`, the ratios, the patched server's steady TPOT beside the
+    trial server's of the earlier call, and base's one slow run at 32."""
+    data, text = load(SHIPPED_FA3_LLAMA), readme()
+    assert data["card"] == "NVIDIA H200" and report.patches_applied(data) == "0001-0012"
+    assert data["model"]["preset"] == "llama-8b-shape"
+    assert {r["attention_backend"] for r in data["runs"]} == {"default"}
+    assert {g["sha256"] for g in data["greedy_runs"]} == {"61c37811b172bcb0"}
+    assert {g["variant"] for g in data["greedy_runs"]} == {"base", "patched", report.UPSTREAM}
+    assert report.DEFAULT_BACKEND[1] == SHIPPED_FA3_LLAMA + ".json"
+    over_base = pairs_of(data, "patched")
+    over_up = pairs_of(data, "patched", report.UPSTREAM)
+    up_base = pairs_of(data, report.UPSTREAM)
+    below = ", ".join(f"{over_up[c]['below_1']} of {len(over_up[c]['ratios'])}" for c in (1, 8))
+    assert (f"the series gave {geo_means(over_base)} of base's TPOT and {geo_means(over_up)} of "
+            f"upstream's, faster than upstream in {below} and {over_up[32]['below_1']} of "
+            f"{len(over_up[32]['ratios'])} paired repeats, and faster than base in every "
+            f"paired repeat too; upstream itself gave {geo_means(up_base)} of base") in text
+    assert all(e["below_1"] == len(e["ratios"]) for e in (*over_base.values(), *over_up.values()))
+    assert f"faster than upstream in every paired repeat with `llama-8b-shape` ({geo_means(over_up)} of its TPOT" in text
+    runs = {(r["variant"], r["concurrency"]): r["samples"] for r in data["runs"]}
+    steady = [s["tpot_ms"] for s in runs[("patched", 1)]]
+    assert len(steady) == 5
+    assert (f"The patched server held {min(steady):.3f} to {max(steady):.3f} ms a token over its "
+            "five repeats at concurrency 1") in text
+    trial = {r["variant"]: r["tpot_ms_median"] for r in load("2026-11-27-h200-fa3-skip-host-pull-llama-8b-shape")["runs"]}
+    base1 = [s["tpot_ms"] for s in runs[("base", 1)]]
+    assert (f"the trial server's {trial['candidate-fa3-skip-host-pull']:.3f} ms in the "
+            f"`fa3-skip-host-pull-llama-8b-shape` call, where base ran at {trial['base']:.2f} ms "
+            f"against {min(base1):.2f} to {max(base1):.2f} ms here") in text
+    slow = max(runs[("base", 32)], key=lambda s: s["duration_s"])
+    rest = sorted(r for r in over_base[32]["ratios"] if r != min(over_base[32]["ratios"]))
+    assert min(over_base[32]["ratios"]) < 0.7 and len(rest) == 2
+    assert (f"one of base's three runs took {slow['duration_s']:.0f} s ({slow['tpot_ms']:.2f} ms a "
+            f"token), the {min(over_base[32]['ratios']):.2f} pair; the other two gave "
+            f"{rest[0]:.2f} and {rest[1]:.2f}") in text
+
+
+def test_shipped_series_with_flashinfer():
+    """README and benchmark/README.md: 0001-0012 beside base with flashinfer on
+    an H200, the per-repeat ratios, the host pull kept, the slow c=8 run."""
+    data, text = load(SHIPPED_FLASHINFER), readme()
+    assert data["card"] == "NVIDIA H200" and report.patches_applied(data) == "0001-0012"
+    assert {r["attention_backend"] for r in data["runs"]} == {"flashinfer"}
+    assert {g["sha256"] for g in data["greedy_runs"]} == {"874917e713ccfffd"}
+    started = [x for x in evidence_lines(SHIPPED_FLASHINFER + "-server-lines.log") if "sglpatch: " in x]
+    assert started and all("host pull on: FlashInferAttnBackend" in x for x in started)
+    pairs = pairs_of(data, "patched")
+    said = {c: " and ".join(f"{r:.2f}" for r in pairs[c]["ratios"]) for c in (1, 8, 32)}
+    assert all(len(pairs[c]["ratios"]) == 2 for c in (1, 8, 32))
+    assert (f"0001-0012 gave {said[1]} of base's TPOT at concurrency 1 and {said[32]} at 32; "
+            f"at concurrency 8, {said[8]}") in text
+    patched8 = [s["tpot_ms"] for s in next(r for r in data["runs"] if r["variant"] == "patched"
+                                            and r["concurrency"] == 8)["samples"]]
+    assert f"the second a patched run of {patched8[1]:.2f} ms a token against its first's {patched8[0]:.2f}" in text
+    assert all(pairs[c]["below_1"] == 2 for c in (1, 32)) and pairs[8]["below_1"] == 1
+    means = {c: pairs[c]["geo_mean"] for c in (1, 32)}
+    assert (f"it gave {means[1]:.2f} of base's TPOT at concurrency 1 and {means[32]:.2f} at 32 on "
+            "an H200 (two repeats each), and at concurrency 8 one repeat each side of 1.00") in text
+    bench = flat("benchmark/README.md")
+    assert (f"(two repeats a point, paired by repeat: {pairs[1]['geo_mean']:.2f} at c=1, "
+            f"{pairs[8]['geo_mean']:.2f} at c=8, {pairs[32]['geo_mean']:.2f} at c=32; greedy "
+            "base = patched;") in bench
 
 
 def test_patch_0012_page_names_the_host_frame_that_now_leads():
