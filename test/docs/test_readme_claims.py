@@ -2132,6 +2132,8 @@ def test_shipped_series_with_flashinfer():
     means = {c: pairs[c]["geo_mean"] for c in (1, 32)}
     assert (f"it gave {means[1]:.2f} of base's TPOT at concurrency 1 and {means[32]:.2f} at 32 on "
             "an H200 (two repeats each), and at concurrency 8 one repeat each side of 1.00") in text
+    assert (f"faster than base in both repeats at c=1 and c=32 on an H200 ({geo_means(pairs)}, "
+            f"`{SHIPPED_FLASHINFER}.json`)") in flat("docs/architecture.md")
     bench = flat("benchmark/README.md")
     assert (f"(two repeats a point, paired by repeat: {pairs[1]['geo_mean']:.2f} at c=1, "
             f"{pairs[8]['geo_mean']:.2f} at c=8, {pairs[32]['geo_mean']:.2f} at c=32; greedy "
