@@ -1997,16 +1997,24 @@ def test_shipped_series_with_and_without_speculation():
 SHIPPED_FA3 = "2026-11-27-h200-default-backend-shipped-series-upstream"
 
 
+def shipped_beside_upstream(stem, row, digest):
+    """`stem`'s data, checked to be 0001-0012, base and upstream 0.5.13 side
+    by side on an H200 with the default backend, one greedy `digest`, and
+    the default-backend table's row number `row`."""
+    data = load(stem)
+    assert data["card"] == "NVIDIA H200" and report.patches_applied(data) == "0001-0012"
+    assert {r["attention_backend"] for r in data["runs"]} == {"default"}
+    assert {g["sha256"] for g in data["greedy_runs"]} == {digest}
+    assert {g["variant"] for g in data["greedy_runs"]} == {"base", "patched", report.UPSTREAM}
+    assert report.DEFAULT_BACKEND[row] == stem + ".json"
+    return data
+
+
 def test_shipped_series_beside_upstream_with_the_default_backend():
     """README's default-backend bullet: 0001-0012, base and upstream 0.5.13
     side by side with no attention-backend flag, the ratios, the repeats
     below 1.00 and the two slow concurrency-8 runs it names."""
-    data, text = load(SHIPPED_FA3), readme()
-    assert data["card"] == "NVIDIA H200" and report.patches_applied(data) == "0001-0012"
-    assert {r["attention_backend"] for r in data["runs"]} == {"default"}
-    assert {g["sha256"] for g in data["greedy_runs"]} == {"874917e713ccfffd"}
-    assert {g["variant"] for g in data["greedy_runs"]} == {"base", "patched", report.UPSTREAM}
-    assert report.DEFAULT_BACKEND[0] == SHIPPED_FA3 + ".json"
+    data, text = shipped_beside_upstream(SHIPPED_FA3, 0, "874917e713ccfffd"), readme()
     over_base, over_up = pairs_of(data, "patched"), pairs_of(data, "patched", report.UPSTREAM)
     below = ", ".join(f"{over_up[c]['below_1']} of {len(over_up[c]['ratios'])}" for c in (1, 8))
     assert (f"gave {geo_means(over_base)} of base's TPOT at concurrency 1 / 8 / 32 and "
@@ -2076,13 +2084,8 @@ def test_shipped_series_beside_upstream_with_llama_8b_shape():
     """README: 0001-0012, base and upstream 0.5.13 with the default backend and
     `llama-8b-shape`, the ratios, the patched server's steady TPOT beside the
     trial server's of the earlier call, and base's one slow run at 32."""
-    data, text = load(SHIPPED_FA3_LLAMA), readme()
-    assert data["card"] == "NVIDIA H200" and report.patches_applied(data) == "0001-0012"
+    data, text = shipped_beside_upstream(SHIPPED_FA3_LLAMA, 1, "61c37811b172bcb0"), readme()
     assert data["model"]["preset"] == "llama-8b-shape"
-    assert {r["attention_backend"] for r in data["runs"]} == {"default"}
-    assert {g["sha256"] for g in data["greedy_runs"]} == {"61c37811b172bcb0"}
-    assert {g["variant"] for g in data["greedy_runs"]} == {"base", "patched", report.UPSTREAM}
-    assert report.DEFAULT_BACKEND[1] == SHIPPED_FA3_LLAMA + ".json"
     over_base = pairs_of(data, "patched")
     over_up = pairs_of(data, "patched", report.UPSTREAM)
     up_base = pairs_of(data, report.UPSTREAM)
