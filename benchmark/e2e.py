@@ -110,6 +110,10 @@ def build_parser():
     r.add_argument("--greedy-prompts", type=int, default=64)
     r.add_argument("--greedy-new-tokens", type=int, default=64)
     r.add_argument("--spec-steps", type=int, default=3)
+    r.add_argument("--spec-auto", action="store_true",
+                   help="EAGLE3 servers get only the draft model path: sglang picks the "
+                   "number of steps, EAGLE topk and draft tokens itself (5 / 4 / 8 for a "
+                   "Llama target, which turns the overlap schedule off)")
     r.add_argument("--tp", type=int, default=1)
     r.add_argument("--disaggregation-decode", action="store_true",
                    help="serve as a prefill/decode-disaggregated decode server with "

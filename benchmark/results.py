@@ -14,11 +14,12 @@ import re
 import statistics
 
 RUN_KEY = ("variant", "attention_backend", "speculative", "overlap",
-           "piecewise_cuda_graph", "concurrency", "tp", "disaggregation")
+           "piecewise_cuda_graph", "concurrency", "tp", "disaggregation", "spec_params")
 GREEDY_KEY = ("variant", "attention_backend", "overlap", "piecewise_cuda_graph", "tp",
-              "disaggregation")
+              "disaggregation", "spec_params")
 # key fields that older results files lack, and the value they then mean
-KEY_DEFAULTS = {"tp": 1, "rank": 0, "disaggregation": None}
+# (spec_params "auto": sglang chose the EAGLE steps, topk and draft tokens)
+KEY_DEFAULTS = {"tp": 1, "rank": 0, "disaggregation": None, "spec_params": None}
 VARIANTS = ("base", "patched", "upstream-0.5.13")
 # A site with only the series' first NNNN patches, measured beside the others
 # (device_compare.sh with SIDE_BY_SIDE): a bisection of the series.

@@ -144,10 +144,13 @@ class Run:
 
 def deployment_fields(a):
     """The call's deployment shape, part of every record's key: tensor
-    parallel size, and "disaggregation" only for a decode-only server."""
+    parallel size, "disaggregation" only for a decode-only server, and
+    "spec_params" only when sglang chose the speculative parameters."""
     fields = {"tp": a.tp}
     if a.disaggregation_decode:
         fields["disaggregation"] = "decode"
+    if a.spec_auto:
+        fields["spec_params"] = "auto"
     return fields
 
 
@@ -328,7 +331,8 @@ def bench_order(members, repeats, concurrency):
 
 def member_command(a, m, target, draft, port):
     return server_command(sys.executable, target, draft, port, m.be, m.spec, m.ov, m.pw,
-                          tp=a.tp, spec_steps=a.spec_steps, draft_tokens=a.spec_steps + 1,
+                          tp=a.tp, spec_steps=None if a.spec_auto else a.spec_steps,
+                          draft_tokens=a.spec_steps + 1,
                           mem_fraction=a.mem_fraction_static,
                           max_total_tokens=a.max_total_tokens,
                           extra=server_extra_args(a))

@@ -75,10 +75,11 @@ def server_command(python, target, draft, port, attention_backend, speculative,
            "--cuda-graph-max-bs", "32", "--max-running-requests", "48"]
     if speculative == "EAGLE3":
         cmd += ["--speculative-algorithm", "EAGLE3",
-                "--speculative-draft-model-path", draft,
-                "--speculative-num-steps", str(spec_steps),
-                "--speculative-eagle-topk", str(topk),
-                "--speculative-num-draft-tokens", str(draft_tokens)]
+                "--speculative-draft-model-path", draft]
+        if spec_steps is not None:  # None: sglang's own choice (e2e --spec-auto)
+            cmd += ["--speculative-num-steps", str(spec_steps),
+                    "--speculative-eagle-topk", str(topk),
+                    "--speculative-num-draft-tokens", str(draft_tokens)]
     if not overlap:
         cmd.append("--disable-overlap-schedule")
     if not piecewise:

@@ -16,7 +16,8 @@ NOSPEC = ("base", "triton", True, "none", True)
 
 def _state(outputs):
     st = object.__new__(run.Run)
-    st.a = types.SimpleNamespace(greedy_new_tokens=2, tp=2, disaggregation_decode=False)
+    st.a = types.SimpleNamespace(greedy_new_tokens=2, tp=2, disaggregation_decode=False,
+                                 spec_auto=False)
     st.fmap = None
     st.greedy_debug = {}
     st.greedy_out = dict(outputs)

@@ -1,0 +1,41 @@
+"""e2e run --spec-auto: EAGLE3 servers launched with sglang's own speculative
+parameters, recorded under their own key."""
+
+import argparse
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "benchmark"))
+
+import results  # noqa: E402
+import run  # noqa: E402
+from server import server_command  # noqa: E402
+
+SPEC_FLAGS = ("--speculative-num-steps", "--speculative-eagle-topk",
+              "--speculative-num-draft-tokens")
+
+
+def _command(spec_steps):
+    return server_command("python3", "T", "D", 30000, "triton", "EAGLE3", True, True,
+                          spec_steps=spec_steps)
+
+
+def test_auto_launch_passes_only_the_draft_model():
+    auto = _command(None)
+    assert auto[auto.index("--speculative-draft-model-path") + 1] == "D"
+    assert not set(SPEC_FLAGS) & set(auto)
+    fixed = _command(3)
+    assert [fixed[fixed.index(f) + 1] for f in SPEC_FLAGS] == ["3", "1", "4"]
+
+
+def test_auto_runs_are_kept_apart_from_fixed_ones():
+    a = argparse.Namespace(tp=1, disaggregation_decode=False, spec_auto=True)
+    fields = run.deployment_fields(a)
+    assert fields == {"tp": 1, "spec_params": "auto"}
+    point = {"variant": "base", "attention_backend": "triton", "speculative": "EAGLE3",
+             "overlap": True, "piecewise_cuda_graph": True, "concurrency": 1}
+    auto = dict(point, **fields)
+    fixed = dict(point, tp=1)  # an older record: no spec_params field
+    assert results._key(auto, results.RUN_KEY) != results._key(fixed, results.RUN_KEY)
+    a.spec_auto = False
+    assert "spec_params" not in run.deployment_fields(a)
