@@ -5,7 +5,7 @@
     python benchmark/e2e.py plot RESULTS.json [--png FILE]
     python benchmark/e2e.py table RESULTS.json
     python benchmark/e2e.py merge INTO.json FROM.json...
-    python benchmark/e2e.py report RESULTS.json [--md FILE] | --index DIR | --readmes
+    python benchmark/e2e.py report RESULTS.json [--md FILE] | --index DIR | --summary
     python benchmark/e2e.py reprofile RESULTS.json TRACE_DIR [--call LABEL] [--skip-missing]
 
 `run` builds (or reuses) a synthetic target/EAGLE3 pair (benchmark/models),
@@ -23,7 +23,8 @@ with greedy checks through it and after an idle pause.  Results merge into
 <out-dir>/<yyyy-mm-dd>-<card>.json after every point, so a run stopped by a
 time limit still leaves what it measured.  `report` renders a results file
 as Markdown (benchmark/results/*.md), the index of a results directory, and
-the current-results tables of README.md and benchmark/README.md.
+benchmark/RESULTS.md with README.md's summary of it, from the settings
+benchmark/current.json names.
 `reprofile` reads a call's traces again (the `profiles.tgz` of a device
 call, unpacked) and rewrites the summaries of the results file's profiles
 with the current `trace_steps.py`, so a measure added later covers traces
@@ -203,15 +204,15 @@ def build_parser():
     m.add_argument("--label", action="append", default=None,
                    help="with --pool: the name of each source's call, in order")
     o = sub.add_parser("report", help="Markdown of results files, the results index, "
-                       "the READMEs' current-results tables")
+                       "benchmark/RESULTS.md and README's summary")
     o.add_argument("results_json", nargs="*")
     o.add_argument("--md", default=None,
                    help="with one RESULTS: where to write (default: RESULTS with .md)")
     o.add_argument("--index", default=None, metavar="DIR",
                    help="write DIR/README.md, the index of DIR's results files")
-    o.add_argument("--readmes", action="store_true",
-                   help="regenerate the current-results tables in README.md and "
-                   "benchmark/README.md")
+    o.add_argument("--summary", action="store_true",
+                   help="regenerate benchmark/RESULTS.md and README.md's summary block "
+                   "from benchmark/current.json")
     f = sub.add_parser("reprofile", help="summarize a results file's profile traces "
                        "again with the current trace_steps.py")
     f.add_argument("results_json")
@@ -325,20 +326,20 @@ def write_text(path, text):
 def cmd_report(a, ap):
     if a.md and len(a.results_json) != 1:
         ap.error("report --md: one RESULTS file")
-    if not (a.results_json or a.index or a.readmes):
-        ap.error("report: RESULTS files, --index DIR or --readmes")
+    if not (a.results_json or a.index or a.summary):
+        ap.error("report: RESULTS files, --index DIR or --summary")
     for path in a.results_json:
         md = a.md or os.path.splitext(path)[0] + ".md"
         write_text(md, report.render(load(path), path))
     if a.index:
         write_text(os.path.join(a.index, "README.md"), report.index(a.index))
-    if a.readmes:
-        for name, link_dir in report.READMES.items():
-            path = os.path.join(REPO, name)
-            with open(path) as fh:
-                text = fh.read()
-            write_text(path, report.refresh_readme(text, os.path.join(HERE, "results"),
-                                                   link_dir))
+    if a.summary:
+        current, results_dir = report.load_current(), os.path.join(HERE, "results")
+        write_text(os.path.join(HERE, "RESULTS.md"), report.results_page(current, results_dir))
+        path = os.path.join(REPO, "README.md")
+        with open(path) as fh:
+            text = fh.read()
+        write_text(path, report.refresh_summary(text, current, results_dir, "benchmark/results"))
     return 0
 
 

@@ -1,5 +1,6 @@
 """`e2e.py report`: a results JSON rendered as Markdown, the index of
-benchmark/results/, and the tables the READMEs embed.
+benchmark/results/, and benchmark/RESULTS.md with README's summary of it,
+from the settings benchmark/current.json names.
 
 Everything here is a pure function of the committed JSON, so each `.md`
 beside a results file can be re-rendered and compared byte for byte (the
@@ -10,6 +11,7 @@ records a harness or a probe added, and the page must still show them.
 
 import json
 import os
+import re
 
 import results
 
@@ -470,7 +472,7 @@ def index(results_dir):
 
 
 # ---------------------------------------------------------------------------
-# the tables the READMEs embed
+# the paired tables of benchmark/RESULTS.md and README's summary
 def tpot(data, variant, spec="EAGLE3", pcg=True, c=1, backend="triton", overlap=True):
     """Median TPOT of one point of a results file (KeyError if not measured)."""
     for r in data["runs"]:
@@ -479,31 +481,6 @@ def tpot(data, variant, spec="EAGLE3", pcg=True, c=1, backend="triton", overlap=
                 (variant, spec, pcg, c, backend, overlap, 1):
             return r["tpot_ms_median"]
     raise KeyError(f"{data['date']} {data['card']}: no {variant} {spec} pcg={pcg} c={c}")
-
-
-def ratio_table(paths, link_dir, concurrency=(1, 8, 32)):
-    """patched / base and patched / upstream 0.5.13, median TPOT, EAGLE3,
-    triton, overlap on: one row per file and piecewise setting measured
-    (`link_dir`: where the results pages are, seen from the README)."""
-    rows = []
-    for path in paths:
-        with open(path) as fh:
-            data = json.load(fh)
-        for pcg in (True, False):
-            cells = []
-            for c in concurrency:
-                try:
-                    p = tpot(data, "patched", pcg=pcg, c=c)
-                    ratios = [f"{p / tpot(data, v, pcg=pcg, c=c):.2f}"
-                              for v in ("base", UPSTREAM)]
-                except KeyError:
-                    ratios = None
-                cells.append(" / ".join(ratios) if ratios else None)
-            if any(cells):
-                name = os.path.basename(path)[:-5]
-                rows.append([f"[{name}]({link_dir}/{name}.md)",
-                             "default" if pcg else "disabled"] + cells)
-    return table(["results", "piecewise CUDA graph"] + [f"c={c}" for c in concurrency], rows)
 
 
 def paired_cell(entry):
@@ -533,104 +510,218 @@ def joined_label(applied, number):
     """'0001-0010' and '0011' -> '0001-0011 (trial patch)': the series a
     trial patch's server ran, once the patch joined as `number` right after
     the patches its site had; None where it did not follow them."""
-    if not applied or int(applied[-4:]) + 1 != int(number):
+    if not applied or not re.fullmatch(r"\d{4}-\d{4}", applied) \
+            or int(applied[-4:]) + 1 != int(number):
         return None
     return f"{applied[:4]}-{number} (trial patch)"
 
 
-def backend_table(paths, link_dir, concurrency=(1, 8, 32), attention_backend="default",
-                  speculative="EAGLE3"):
-    """One attention backend (`default`: no flag, the one sglang picks) and
-    one speculative algorithm (`none`: without speculative decoding): the
-    patched build's TPOT over base's and over upstream 0.5.13's,
-    paired by repeat (geometric mean, 90% interval, repeats), one row per
-    file, build and TP size, with the model preset and the patches the build
-    ran; a trial patch that has joined the series (JOINED) is a build of its
-    own."""
+def build_labels(data, through=False, patches=None):
+    """{variant: the patches it ran}: `patched` by its start line, a joined
+    trial patch (JOINED) by the patches it followed, with `through` each
+    `patched-through-NNNN` as 0001-NNNN; `patches` (variant -> range)
+    names what a file without start lines ran, and overrides the rest."""
+    applied = (patches or {}).get("patched") or patches_applied(data)
+    labels = {"patched": applied}
+    for variant, number in JOINED.items():
+        label = joined_label(applied, number)
+        if label:
+            labels[variant] = label
+    if through:
+        for r in data.get("runs", []):
+            m = results.THROUGH.match(r["variant"])
+            if m:
+                labels[r["variant"]] = f"0001-{m.group(1)}"
+    labels.update(patches or {})
+    return labels
+
+
+def backend_rows(paths, attention_backend="default", speculative="EAGLE3",
+                 references=("base", UPSTREAM), through=False, patches=None):
+    """The rows of `backend_table`: per file, build and TP size, the file's
+    name and data, the build's patches and {(reference, concurrency): the
+    paired ratios' entry}."""
     rows = []
     for path in paths:
         with open(path) as fh:
             data = json.load(fh)
-        applied = patches_applied(data)
-        labels = {"patched": applied}  # None: no start line named the patches
-        for variant, number in JOINED.items():
-            label = joined_label(applied, number)
-            if label:
-                labels[variant] = label
+        labels = build_labels(data, through, (patches or {}).get(path))
         pairs = {}
-        for reference in ("base", UPSTREAM):
+        for reference in references:
             for e in results.paired_ratios(data, base=reference):
-                if e["variant"] in labels \
-                        and e["attention_backend"] == attention_backend \
-                        and e["speculative"] == speculative:
-                    pairs[(e["variant"], reference, e["tp"], e["concurrency"])] = e
-        name = os.path.basename(path)[:-5]
+                if e["variant"] in labels and e["attention_backend"] == attention_backend \
+                        and e["speculative"] == speculative and e["overlap"] \
+                        and e["piecewise_cuda_graph"] and not e["disaggregation"]:
+                    pairs[(e["variant"], e["tp"], reference, e["concurrency"])] = e
         for variant in labels:
-            for tp in sorted({tp for v, _, tp, _ in pairs if v == variant}):
-                cells = [paired_cell(pairs[(variant, reference, tp, c)])
-                         if (variant, reference, tp, c) in pairs else None
-                         for reference in ("base", UPSTREAM) for c in concurrency]
-                rows.append([f"[{name}]({link_dir}/{name}.md)", data["card"],
-                             data.get("model_preset"), labels[variant], tp] + cells)
-    header = (["results", "card", "model", "patched", "tp"]
-              + [f"/ base, c={c}" for c in concurrency]
-              + [f"/ upstream 0.5.13, c={c}" for c in concurrency])
+            for tp in sorted({tp for v, tp, _, _ in pairs if v == variant}):
+                rows.append({"name": os.path.basename(path)[:-5], "data": data,
+                             "patches": labels[variant], "tp": tp,
+                             "pairs": {(r, c): e for (v, t, r, c), e in pairs.items()
+                                       if (v, t) == (variant, tp)}})
+    return rows
+
+
+def backend_table(paths, link_dir, concurrency=(1, 8, 32), attention_backend="default",
+                  speculative="EAGLE3", references=("base", UPSTREAM), through=False,
+                  patches=None):
+    """One attention backend (`default`: no flag, the one sglang picks) and
+    one speculative algorithm (`none`: without speculative decoding): each
+    patched build's TPOT over base's and over upstream 0.5.13's, paired by
+    repeat (geometric mean, 90% interval, repeats), overlap and piecewise
+    CUDA graph on, one row per file, build and TP size, with the model preset
+    and the patches the build ran (`build_labels`; `patches`: path ->
+    variant -> range)."""
+    rows = []
+    for row in backend_rows(paths, attention_backend, speculative, references, through,
+                            patches):
+        rows.append([f"[{row['name']}]({link_dir}/{row['name']}.md)", row["data"]["card"],
+                     row["data"].get("model_preset"), row["patches"], row["tp"]]
+                    + [paired_cell(row["pairs"][(r, c)]) if (r, c) in row["pairs"] else None
+                       for r in references for c in concurrency])
+    header = (["results", "card", "model", "patches", "tp"]
+              + [f"/ {r.replace('-', ' ')}, c={c}" for r in references for c in concurrency])
     return table(header, rows)
 
 
-def embed(text, name, block):
-    """`text` with the block between `<!-- begin NAME -->` and `<!-- end NAME -->`
-    replaced by `block` (ValueError if the markers are missing)."""
-    begin, end = f"<!-- begin {name} -->", f"<!-- end {name} -->"
-    i, j = text.index(begin) + len(begin), text.index(end)
-    return text[:i] + "\n" + block + "\n" + text[j:]
+CURRENT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "current.json")
+SUMMARY_BEGIN = "<!-- begin summary (generated by `python benchmark/e2e.py report --summary`) -->"
+SUMMARY_END = "<!-- end summary -->"
+RESULTS_GENERATED = ("<!-- generated by `python benchmark/e2e.py report --summary` from "
+                     "benchmark/current.json; do not edit -->")
 
 
-# The side-by-side measurements of all three builds (their servers ran at
-# the same time and were measured in turn): the READMEs' current results.
-CURRENT = ("2026-11-26-h200-machine-e.json", "2026-11-26-h200-machine-f.json")
-# ... and those with the attention backend sglang picks (no flag)
-DEFAULT_BACKEND = ("2026-11-27-h200-default-backend-shipped-series-upstream.json",
-                   "2026-11-27-h200-default-backend-shipped-series-upstream-llama-8b-shape.json",
-                   "2026-11-27-h200x2-tp2-llama-8b-shape-fa3-skip-host-pull.json",
-                   "2026-11-27-h200-fa3-skip-host-pull-llama-8b-shape.json",
-                   "2026-11-27-h200-default-backend-whole-series-upstream.json",
-                   "2026-11-27-h100-fa3-draft-extend-graph.json",
-                   "2026-11-27-h200x2-tp2-default-backend.json",
-                   "2026-11-27-h200-llama-8b-shape.json",
-                   "2026-11-27-h200x2-fa3-skip-host-pull-rerun.json",
-                   "2026-11-27-h200-fa3-skip-host-pull-small.json",
-                   "2026-11-27-h200x2-tp2-fa3-skip-host-pull.json",
-                   "2026-11-27-h100-default-backend-upstream.json")
-# The same table for `--attention-backend triton`, from the calls since the
-# series had patch 0010, the newest first.
-TRITON = ("2026-11-27-h100x2-tp2-triton-shipped-series-nospec.json",
-          "2026-11-27-h200-triton-shipped-series-nospec.json",
-          "2026-11-27-h200-triton-whole-series-nospec.json",
-          "2026-11-27-h200x2-tp2-triton-graph-metadata-llama-8b-shape.json",
-          "2026-11-27-h200-triton-graph-metadata-llama-8b-shape.json",
-          "2026-11-27-h200x2-tp2-triton-graph-metadata.json",
-          "2026-11-27-h200-triton-graph-metadata.json",
-          "2026-11-27-h200-triton-llama-8b-shape-profile.json",
-          "2026-11-27-h200-llama-8b-shape.json")
-# The series as shipped beside base without speculative decoding (Triton,
-# the same servers' calls as the EAGLE3 rows above), the newest first.
-NO_SPECULATION = ("2026-11-27-h100x2-tp2-triton-shipped-series-nospec.json",
-                  "2026-11-27-h200-triton-shipped-series-nospec.json",
-                  "2026-11-27-h200-triton-whole-series-nospec.json")
-# README -> where its links to the results pages point
-READMES = {"README.md": "benchmark/results", "benchmark/README.md": "results"}
+def load_current(path=CURRENT):
+    """benchmark/current.json: which results file stands for which setting."""
+    with open(path) as fh:
+        return json.load(fh)
 
 
-def refresh_readme(text, results_dir, link_dir):
-    """`text` (a README) with its embedded current-results table regenerated."""
-    paths = [os.path.join(results_dir, n) for n in CURRENT]
-    text = embed(text, "current-results", ratio_table(paths, link_dir))
-    paths = [os.path.join(results_dir, n) for n in DEFAULT_BACKEND]
-    text = embed(text, "default-backend-results", backend_table(paths, link_dir))
-    paths = [os.path.join(results_dir, n) for n in TRITON]
-    text = embed(text, "triton-results",
-                 backend_table(paths, link_dir, attention_backend="triton"))
-    paths = [os.path.join(results_dir, n) for n in NO_SPECULATION]
-    return embed(text, "nospec-results", backend_table(
-        paths, link_dir, attention_backend="triton", speculative="none"))
+def entries(setting, results_dir):
+    """A setting's files as (path, patches overrides, the entry)."""
+    out = []
+    for e in setting["files"]:
+        e = {"file": e} if isinstance(e, str) else e
+        out.append((os.path.join(results_dir, e["file"] + ".json"), e.get("patches"), e))
+    return out
+
+
+def setting_args(setting, results_dir):
+    """`backend_rows`' arguments for one speed setting of current.json."""
+    files = entries(setting, results_dir)
+    return dict(paths=[p for p, _, _ in files], attention_backend=setting["attention_backend"],
+                speculative=setting["speculative"], references=tuple(setting["references"]),
+                through=True, patches={p: o for p, o, _ in files if o})
+
+
+def machine(stem):
+    """'2026-11-27-h200x2-tp2-...' -> 'H200 ×2': the machine a results
+    file's name gives (its card, and how many of them the machine had)."""
+    name, _, n = stem.split("-")[3].partition("x")
+    return name.upper() + (f" ×{n}" if n else "")
+
+
+def summary_rows(current, results_dir, link_dir):
+    """README's summary: for each setting's `summary` entries (a file, a TP
+    size and the patches of one of its builds), that row over base."""
+    rows = []
+    for setting in current["settings"]:
+        for pick in setting.get("summary", []):
+            found = [r for r in backend_rows(**setting_args(setting, results_dir))
+                     if (r["name"], r["tp"], r["patches"]) == (pick["file"], pick["tp"],
+                                                               pick["patches"])]
+            if len(found) != 1:
+                raise ValueError(f"current.json, {setting['title']}: no row {pick}")
+            row = found[0]
+            rows.append([f"{setting['label']}, TP={row['tp']}", row["data"]["model_preset"],
+                         machine(row["name"]), row["patches"]]
+                        + [paired_cell(row["pairs"][("base", c)])
+                           if ("base", c) in row["pairs"] else None for c in (1, 8, 32)]
+                        + [f"[page]({link_dir}/{row['name']}.md)"])
+    return table(["setting", "model", "card", "patches", "c=1", "c=8", "c=32", "page"], rows)
+
+
+def correctness_table(setting, results_dir, link_dir):
+    """Greedy output and the debug checks of each file: the patches, the
+    debug switches on, servers whose greedy output had more than one digest
+    per prompt set, prompts off their chain, truth-check violations / checks,
+    and servers alive after a fault storm."""
+    rows = []
+    for path, patches, e in entries(setting, results_dir):
+        with open(path) as fh:
+            data = json.load(fh)
+        name = os.path.basename(path)[:-5]
+        switches = e.get("debug") or ", ".join(
+            k.replace("SGLANG_DEBUG_", "").lower()
+            for k, v in sorted((data.get("bench") or {}).get("debug_env", {}).items()) if v)
+        greedy = data.get("greedy_runs", [])
+        digests = {}
+        for g in greedy:
+            digests.setdefault((g["prompts"], g.get("disaggregation")), set()).add(g["sha256"])
+        off = sum(g.get("prompts_off_own_chain" if g.get("disaggregation") else
+                        "prompts_off_constructed_f") or 0 for g in greedy)
+        faults = data.get("faults", [])
+        off += sum(f.get("prompts_off_chain_during", 0) + f.get("prompts_off_chain_after", 0)
+                   for f in faults)
+        checks = [g for g in greedy + faults if g.get("seq_lens_truth_checks")]
+        truth = (f"{sum(g['seq_lens_truth_violations'] for g in checks if 'seq_lens_truth_violations' in g)}"
+                 f" / {sum(g['seq_lens_truth_checks'] for g in checks)}") if checks else None
+        alive = f"{sum(bool(f.get('alive')) for f in faults)} / {len(faults)}" if faults else None
+        rows.append([f"[{name}]({link_dir}/{name}.md)", data["card"],
+                     build_labels(data, patches=patches)["patched"], switches or None,
+                     f"{len(greedy)} / {max(map(len, digests.values()))}" if greedy else None,
+                     off, truth, alive])
+    return table(["results", "card", "patches", "debug switches",
+                  "greedy servers / digests a prompt set", "prompts off their chain",
+                  "truth-check violations / checks", "alive after the storm"], rows)
+
+
+def reproduction(setting, results_dir):
+    """The `e2e.py run` lines each of the setting's files records, once
+    each, without the call's own `--deadline-s`."""
+    out = []
+    for path, _, _ in entries(setting, results_dir):
+        with open(path) as fh:
+            data = json.load(fh)
+        lines = []
+        for command in data.get("commands", []):
+            words = command.split()
+            if words[1:3] != ["benchmark/e2e.py", "run"]:
+                continue
+            if "--deadline-s" in words:
+                i = words.index("--deadline-s")
+                del words[i:i + 2]
+            if " ".join(words) not in lines:
+                lines.append(" ".join(words))
+        if lines:
+            out += [f"# {os.path.basename(path)[:-5]}"] + lines
+    return "\n".join(out)
+
+
+def results_page(current, results_dir, link_dir="results"):
+    """benchmark/RESULTS.md."""
+    out = [RESULTS_GENERATED, "", "# Results", ""]
+    out += [f"- {c}" for c in current["caveats"]]
+    out += ["", summary_rows(current, results_dir, link_dir), ""]
+    for setting in current["settings"]:
+        out += [f"## {setting['title']}", "", setting["definition"], ""]
+        if setting.get("notes"):
+            out += ["How it was measured: " + ", ".join(
+                f"[{n[:-3]}]({link_dir}/notes/{n})" for n in setting["notes"]) + ".", ""]
+        if setting.get("kind") == "correctness":
+            out += [correctness_table(setting, results_dir, link_dir), ""]
+            continue
+        args = setting_args(setting, results_dir)
+        out += [backend_table(link_dir=link_dir, **args), ""]
+        commands = reproduction(setting, results_dir)
+        if commands:
+            out += ["Reproduction (each file's `e2e.py run` lines; `benchmark/device/README.md` "
+                    "sets up the sites they name):", "", "```bash", commands, "```", ""]
+    return "\n".join(out).rstrip("\n") + "\n"
+
+
+def refresh_summary(text, current, results_dir, link_dir):
+    """`text` (README.md) with the block between SUMMARY_BEGIN and
+    SUMMARY_END regenerated (ValueError if the markers are missing)."""
+    i, j = text.index(SUMMARY_BEGIN) + len(SUMMARY_BEGIN), text.index(SUMMARY_END)
+    return text[:i] + "\n" + summary_rows(current, results_dir, link_dir) + "\n" + text[j:]

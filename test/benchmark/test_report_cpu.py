@@ -44,13 +44,6 @@ def test_committed_index_is_up_to_date():
     assert report.index(RESULTS) == read(os.path.join(RESULTS, "README.md")), HINT
 
 
-@pytest.mark.parametrize("readme", sorted(report.READMES))
-def test_readme_current_results_table_is_up_to_date(readme):
-    text = read(os.path.join(REPO, readme))
-    fresh = report.refresh_readme(text, RESULTS, report.READMES[readme])
-    assert fresh == text, "regenerate: python benchmark/e2e.py report --readmes"
-
-
 def test_unknown_keys_are_rendered_not_dropped():
     data = {"card": "NVIDIA H200", "date": "2026-01-01", "model_preset": "tiny",
             "runs": [], "greedy_equivalence": [],
@@ -250,7 +243,7 @@ def test_backend_table_gives_a_row_per_tp_and_the_patches_run(tmp_path):
     path.write_text(json.dumps(data))
     assert report.patches_applied(data) == "0001-0010"
     rows = report.backend_table([str(path)], "results").splitlines()
-    assert rows[0] == "| results | card | model | patched | tp | / base, c=1 |"
+    assert rows[0] == "| results | card | model | patches | tp | / base, c=1 |"
     assert rows[2].startswith("| [y](results/y.md) | NVIDIA H200 | llama-8b-shape | 0001-0010 | 1 | 0.50 ")
     assert rows[3].startswith("| [y](results/y.md) | NVIDIA H200 | llama-8b-shape | 0001-0010 | 2 | 0.61 ")
     assert len(rows) == 4  # patched-through-0009 is not the patched build
@@ -347,8 +340,80 @@ def test_the_no_speculation_table_takes_only_points_without_it(tmp_path):
         ["0001-0012", "1", "0.80 [0.80, 0.80] (2)"]]
     rows = report.backend_table([str(path)], "results").splitlines()
     assert [r.rstrip(" |").split(" | ")[3:6] for r in rows[2:]] == [["0001-0012", "1", "0.90 [0.90, 0.90] (2)"]]
-    text = report.refresh_readme("\n".join(f"<!-- begin {n} -->\n<!-- end {n} -->" for n in (
-        "current-results", "default-backend-results", "triton-results", "nospec-results")),
-        RESULTS, "results")
-    block = text[text.index("<!-- begin nospec-results -->"):]
-    assert all(f"[{n[:-5]}](results/{n[:-5]}.md)" in block for n in report.NO_SPECULATION)
+
+
+STEM = "2026-11-27-h200-x"
+
+
+def _current(tmp_path, data, **setting):
+    """A results dir holding `data` as one results file, and a current.json
+    naming it."""
+    (tmp_path / (STEM + ".json")).write_text(json.dumps(data))
+    base = {"title": "Triton", "label": "triton", "definition": "Defined.",
+            "attention_backend": "default", "speculative": "EAGLE3", "references": ["base"],
+            "files": [STEM], "summary": [{"file": STEM, "tp": 1, "patches": "0001-0012"}]}
+    base.update(setting)
+    return {"caveats": ["Read with care."], "settings": [base]}
+
+
+def _side_by_side(line="patches 0001-0012 applied by sglpatch 0.2.0; ...", **extra):
+    data = {"card": "NVIDIA H200", "date": "2026-11-27", "model_preset": "small",
+            "bench": {"side_by_side": True}, "greedy_equivalence": [],
+            "server_starts": [{"setting": "patched-default-ov1-EAGLE3-pcg1", "sglpatch_line": line}],
+            "commands": ["python benchmark/e2e.py run --variant base=/tmp/sb --deadline-s 500",
+                         "python -m sglang.bench_serving --backend sglang",
+                         "python benchmark/e2e.py run --variant base=/tmp/sb --deadline-s 90"],
+            "runs": [_default_point("base", [2.0, 2.0]), _default_point("patched", [1.5, 1.5]),
+                     _default_point("patched-through-0009", [2.2, 2.2])]}
+    data.update(extra)
+    return data
+
+
+def test_summary_takes_each_settings_chosen_row_over_base(tmp_path):
+    current = _current(tmp_path, _side_by_side())
+    rows = report.summary_rows(current, str(tmp_path), "benchmark/results").splitlines()
+    assert rows[2] == ("| triton, TP=1 | small | H200 | 0001-0012 | 0.75 [0.75, 0.75] (2) | "
+                       f"[page](benchmark/results/{STEM}.md) |")
+    # a row current.json names that the file does not have is an error, not a gap
+    current["settings"][0]["summary"][0]["patches"] = "0001-0011"
+    with pytest.raises(ValueError):
+        report.summary_rows(current, str(tmp_path), "benchmark/results")
+
+
+def test_results_page_names_every_build_and_its_commands_once(tmp_path):
+    page = report.results_page(_current(tmp_path, _side_by_side()), str(tmp_path))
+    assert page.startswith(report.RESULTS_GENERATED) and "- Read with care." in page
+    section = page.split("## Triton", 1)[1]
+    # a bisection build is a row of its own, named by its range
+    assert [r.split(" | ")[3] for r in section.splitlines() if r.startswith(f"| [{STEM}]")] == [
+        "0001-0012", "0001-0009"]
+    # the run line once, without the call's deadline; bench_serving's line is not a run
+    assert section.count("python benchmark/e2e.py run --variant base=/tmp/sb\n") == 1
+    assert "--deadline-s" not in section and "bench_serving" not in section
+
+
+def test_a_file_without_a_start_line_takes_its_patches_from_current_json(tmp_path):
+    current = _current(tmp_path, _side_by_side(line="(no line)"))
+    current["settings"][0]["files"] = [{"file": STEM, "patches": {"patched": "0001-0012"}}]
+    assert "| H200 | 0001-0012 | 0.75 " in report.summary_rows(current, str(tmp_path), "r")
+    # a trial patch that never joined labels the build; no joined row follows it
+    assert report.build_labels(_side_by_side(), patches={"patched": "0001-0008 + trial x"}) == {
+        "patched": "0001-0008 + trial x"}
+
+
+def test_correctness_table_counts_digests_chains_and_truth_checks(tmp_path):
+    greedy = [{"variant": v, "prompts": 64, "sha256": "a", "prompts_off_constructed_f": 0,
+               "seq_lens_truth_checks": n, "seq_lens_truth_violations": 0}
+              for v, n in (("base", None), ("patched", 100))]
+    data = _side_by_side(greedy_runs=greedy, faults=[
+        {"alive": True, "prompts_off_chain_during": 0, "prompts_off_chain_after": 1,
+         "seq_lens_truth_checks": 50, "seq_lens_truth_violations": 0}],
+        bench={"debug_env": {"SGLANG_DEBUG_CHECK_SEQ_LENS_TRUTH": "1"}})
+    setting = _current(tmp_path, data, kind="correctness")["settings"][0]
+    row = report.correctness_table(setting, str(tmp_path), "r").splitlines()[2]
+    assert row == f"| [{STEM}](r/{STEM}.md) | NVIDIA H200 | 0001-0012 | check_seq_lens_truth | 2 / 1 | 1 | 0 / 150 | 1 / 1 |"
+
+
+def test_machine_is_read_from_the_file_name():
+    assert report.machine("2026-11-27-h200x2-tp2-x") == "H200 ×2"
+    assert report.machine("2026-11-27-h100-x") == "H100"
