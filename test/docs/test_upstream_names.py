@@ -38,11 +38,22 @@ NAMES = {
     "managers.overlap_utils.sglpatch_series_applied": None,
     "managers.overlap_utils.log_seq_lens_pull": None,
     "managers.scheduler.broadcast_reqs_to_tp_ranks": None,
+    "managers.scheduler.setup_request_broadcast": None,
+    "managers.scheduler.Scheduler.init_request_broadcast": None,
+    "distributed.device_communicators.shm_broadcast.MessageQueue.watch_peers": None,
+    "distributed.device_communicators.shm_broadcast.MessageQueue.check_peers": None,
+    "distributed.device_communicators.shm_broadcast.PeerExitedError": None,
+    "distributed.device_communicators.shm_broadcast.PEER_CHECK_S": None,
     "speculative.eagle_worker_v2.fa3_draft_extend_graph_supported": None,
+    "speculative.eagle_worker_v2.fa3_draft_extend_graph_gate": None,
+    "speculative.eagle_worker_v2.draft_extend_graph_status": None,
+    "speculative.eagle_utils.verify_tree_mask_mode": None,
     "layers.attention.flashattention_backend.fa3_needs_cpu_seq_lens": None,
     "layers.attention.base_attn_backend.AttentionBackend.init_forward_metadata_in_graph":
         ["self", "forward_batch"],
     "layers.attention.base_attn_backend.call_init_forward_metadata_in_graph": None,
+    "managers.scheduler.Scheduler._apply_war_barrier": ["self"],
+    "managers.scheduler.war_barrier_enabled": None,
     "model_executor.forward_batch_info.ForwardBatch.mark_forward_metadata_ready":
         ["self", "replan_equivalent"],
     "model_executor.forward_batch_info.ForwardBatch.needs_forward_metadata_init": ["self"],
@@ -64,6 +75,7 @@ ATTRIBUTES = {
 OWN_ATTRIBUTES = {
     "speculative.eagle_info.EagleDraftInput": ["seq_lens_upper_bound"],
     "speculative.eagle_info.EagleVerifyInput": ["seq_lens_upper_bound"],
+    "layers.attention.flashattention_backend.FlashAttentionBackend": ["draft_extend_graph_only"],
 }
 
 

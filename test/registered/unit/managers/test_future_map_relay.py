@@ -20,6 +20,7 @@ register_cpu_ci(est_time=10, suite="stage-a-test-cpu")
 maybe_stub_sgl_kernel()
 
 from sglang.srt.managers import overlap_utils  # noqa: E402
+from sglang.srt.managers.io_struct import PauseGenerationReqInput  # noqa: E402
 from sglang.srt.managers.overlap_utils import FutureIndices, FutureMap  # noqa: E402
 from sglang.srt.managers.schedule_batch import ScheduleBatch  # noqa: E402
 from sglang.srt.managers.scheduler import Scheduler  # noqa: E402
@@ -254,6 +255,67 @@ class TestFutureMapRelay(CustomTestCase):
         sched.future_map.publish(batch.spec_info.future_indices, torch.tensor([4]))
         sched.resolve_seq_lens_cpu(None, batch)
         self.assertEqual(batch.seq_lens_cpu.tolist(), [4])
+
+
+class TestPartialScheduler(CustomTestCase):
+    """Schedulers built with Scheduler.__new__ (as sglang's own scheduler
+    unit tests build them) never ran init_overlap; the schedule paths that
+    now resolve relayed lengths must still run on them."""
+
+    def _scheduler(self):
+        sched = Scheduler.__new__(Scheduler)
+        sched._engine_paused = False
+        sched.enable_overlap = False
+        sched.last_batch = None
+        sched.cur_batch = None
+        sched.chunked_req = mock.sentinel.chunked_req
+        sched.server_args = mock.MagicMock()
+        sched.waiting_queue = []
+        requeued = []
+        sched._add_request_to_queue = requeued.append
+        return sched, requeued
+
+    def test_retract_clears_running_batch(self):
+        sched, requeued = self._scheduler()
+        running = mock.MagicMock()
+        running.reqs = ["a", "b"]
+        running.is_empty.return_value = False
+        running.retract_all.return_value = ["ra", "rb"]
+        sched.running_batch = running
+
+        sched.pause_generation(PauseGenerationReqInput(mode="retract"))
+
+        running.retract_all.assert_called_once_with(sched.server_args)
+        self.assertEqual(requeued, ["ra", "rb"])
+        self.assertFalse(running.batch_is_full)
+        self.assertIsNone(sched.chunked_req)
+        self.assertTrue(sched._engine_paused)
+
+    def test_last_extend_batch_merges_into_the_running_batch(self):
+        sched, requeued = self._scheduler()
+        last = mock.MagicMock()
+        last.forward_mode.is_extend.return_value = True
+        last.is_empty.return_value = False
+        sched.last_batch = last
+        sched.disaggregation_mode = None
+        running = mock.MagicMock()
+        running.is_empty.return_value = False
+        sched.running_batch = running
+
+        sched.pause_generation(PauseGenerationReqInput(mode="abort"))
+
+        last.filter_batch.assert_called_once()
+        running.merge_batch.assert_called_once_with(last)
+        self.assertIsNone(sched.last_batch)
+        self.assertEqual(requeued, [])
+
+    def test_resolve_without_init_overlap_leaves_batches_alone(self):
+        sched, _ = self._scheduler()
+        batch = _spec_batch(_idx(1), [3])
+        batch.spec_info.future_indices.seq_lens_pending = True
+        sched.resolve_seq_lens_cpu(batch)
+        self.assertEqual(batch.seq_lens_cpu.tolist(), [3])
+        self.assertTrue(batch.spec_info.future_indices.seq_lens_pending)
 
 
 def _set_sentinel(fm, batch, fi):

@@ -14,6 +14,10 @@ seq_lens are absent, so the scheduler may skip their per-step host pull.
 - Spec v2 prepare_for_decode leaves the batch's largest KV allocation as
   the draft input's bound: at least every request's length plus what the
   forward adds.
+- The tree mask the draft builds for the verify: FA3 at topk 1 never reads
+  it, so the EAGLE draft workers build it QLEN_ONLY (bs * n * n entries,
+  however long the sequences or wide the bound, every kernel write inside
+  it); other verify backends keep FULL_MASK, sized from the bound.
 """
 
 import unittest
@@ -25,7 +29,7 @@ import torch
 from sglang.test.ci.ci_register import register_cpu_ci
 from sglang.test.test_utils import CustomTestCase, maybe_stub_sgl_kernel
 
-register_cpu_ci(est_time=5, suite="stage-a-test-cpu")
+register_cpu_ci(est_time=8, suite="stage-a-test-cpu")
 maybe_stub_sgl_kernel()
 
 from sglang.srt.layers.attention import flashattention_backend as fa3_module  # noqa: E402
@@ -35,9 +39,21 @@ from sglang.srt.layers.attention.flashattention_backend import (  # noqa: E402
     FlashAttentionMultiStepBackend,
     fa3_needs_cpu_seq_lens,
 )
-from sglang.srt.model_executor.forward_batch_info import ForwardMode  # noqa: E402
+from sglang.srt.layers.attention.hybrid_linear_attn_backend import (  # noqa: E402
+    HybridLinearAttnBackend,
+)
+from sglang.srt.model_executor.forward_batch_info import (  # noqa: E402
+    ForwardBatch,
+    ForwardMode,
+)
 from sglang.srt.speculative import eagle_info_v2, spec_utils  # noqa: E402
+from sglang.srt.speculative import eagle_utils, eagle_worker_v2  # noqa: E402
 from sglang.srt.speculative.eagle_info import EagleDraftInput  # noqa: E402
+from sglang.srt.speculative.eagle_utils import (  # noqa: E402
+    TreeMaskMode,
+    verify_tree_mask_mode,
+)
+from sglang.srt.speculative.eagle_worker_v2 import EagleDraftWorker  # noqa: E402
 
 CONTEXT = 64
 DRAFT_TOKENS = 4
@@ -232,6 +248,137 @@ class TestPrepareForDecodeBound(CustomTestCase):
             self.assertGreaterEqual(req.kv_allocated_len, committed + 2 * DRAFT_TOKENS)
         self.assertGreaterEqual(
             draft_input.seq_lens_upper_bound, max(committed_before) + 2 * DRAFT_TOKENS
+        )
+
+
+
+class _DeviceFlashAttentionBackend(FlashAttentionBackend):
+    """Stands for a device port that subclasses FlashAttentionBackend."""
+
+
+def _other_verify_backend():
+    """A verify backend that may read the tree mask (flashinfer, say)."""
+    return SimpleNamespace(get_verify_buffers_to_fill_after_draft=lambda: (None, None))
+
+
+def _emulated_tree_kernel(writes):
+    """sgl_kernel's build_tree_efficient, reduced to the tree-mask entries
+    it writes (its index rule per mode), each checked against the mask."""
+
+    def kernel(
+        parent_list,
+        top_scores_index,
+        seq_lens,
+        tree_mask,
+        positions,
+        retrieve_index,
+        retrieve_next_token,
+        retrieve_next_sibling,
+        topk,
+        depth,
+        n,
+        mode,
+    ):
+        lens = seq_lens.tolist()
+        for bid, seq_len in enumerate(lens):
+            seq_tree_idx = n * n * bid + sum(lens[:bid]) * n
+            for tid in range(n):
+                if mode == TreeMaskMode.FULL_MASK:
+                    first = seq_tree_idx + (seq_len + n) * tid + seq_len
+                else:
+                    first = n * n * bid + n * tid
+                writes.append((first, first + n - 1))
+                assert first + n - 1 < tree_mask.numel(), "write past the mask"
+
+    return kernel
+
+
+class TestVerifyTreeMask(CustomTestCase):
+    BS, LONG, SHORT = 64, 120_000, 10
+    BOUND = LONG + 8  # the batch's largest KV allocation
+
+    def test_mode_by_verify_backend(self):
+        fa = object.__new__(FlashAttentionBackend)
+        self.assertEqual(verify_tree_mask_mode(fa, 1), TreeMaskMode.QLEN_ONLY)
+        for name, (backend, topk) in {
+            "fa3 topk 4": (fa, 4),
+            "device subclass": (object.__new__(_DeviceFlashAttentionBackend), 1),
+            "another backend": (_other_verify_backend(), 1),
+            "hybrid-linear target": (object.__new__(HybridLinearAttnBackend), 1),
+            "none": (None, 1),
+        }.items():
+            with self.subTest(name):
+                self.assertEqual(
+                    verify_tree_mask_mode(backend, topk), TreeMaskMode.FULL_MASK
+                )
+
+    def _draft(self, target_backend):
+        bs, n = self.BS, 2  # one draft step: n = 2 verify tokens a request
+        w = object.__new__(EagleDraftWorker)
+        w.server_args = SimpleNamespace()
+        w.topk, w.speculative_num_steps, w.speculative_num_draft_tokens = 1, 1, n
+        w.hot_token_id = None
+        w.cuda_graph_runner = None
+        w.req_to_token_pool = None
+        w.draft_runner = SimpleNamespace()
+        w.target_worker = SimpleNamespace(
+            model_runner=SimpleNamespace(
+                attn_backend=target_backend,
+                model_config=SimpleNamespace(context_len=2 * self.LONG),
+            )
+        )
+        with mock.patch.object(eagle_worker_v2, "DraftBackendFactory"):
+            w.init_attention_backend()
+
+        seq_lens = torch.full((bs,), self.SHORT, dtype=torch.int64)
+        seq_lens[0] = self.LONG
+        fb = ForwardBatch(
+            forward_mode=ForwardMode.DECODE,
+            batch_size=bs,
+            input_ids=torch.zeros(bs, dtype=torch.int64),
+            req_pool_indices=torch.arange(bs),
+            seq_lens=seq_lens,
+            out_cache_loc=torch.arange(bs),
+            seq_lens_sum=None,
+            positions=seq_lens.clone(),
+            spec_info=EagleDraftInput(
+                topk_p=torch.full((bs, 1), 0.5),
+                topk_index=torch.arange(bs).reshape(bs, 1),
+                hidden_states=torch.zeros(bs, 8),
+            ),
+        )
+        batch = SimpleNamespace(
+            spec_info=SimpleNamespace(
+                prepare_for_v2_draft=lambda *args: (fb, False),
+                bonus_tokens=torch.zeros(bs, dtype=torch.int64),
+                seq_lens_upper_bound=self.BOUND,
+            ),
+            forward_mode=ForwardMode.DECODE,
+            seq_lens=seq_lens,
+            seq_lens_sum=None,  # the scheduler skipped the host pull
+        )
+        writes = []
+        with mock.patch.object(
+            eagle_utils,
+            "sgl_build_tree_kernel_efficient",
+            _emulated_tree_kernel(writes),
+            create=True,
+        ):
+            verify_input = w.draft(batch)
+        self.assertEqual(len(writes), bs * n)
+        return w, verify_input
+
+    def test_fa3_topk1_builds_a_draft_sized_mask(self):
+        w, verify_input = self._draft(object.__new__(FlashAttentionBackend))
+        self.assertEqual(w.tree_mask_mode, TreeMaskMode.QLEN_ONLY)
+        self.assertEqual(verify_input.custom_mask.numel(), self.BS * 2 * 2)
+
+    def test_other_verify_backends_keep_the_full_mask(self):
+        w, verify_input = self._draft(_other_verify_backend())
+        self.assertEqual(w.tree_mask_mode, TreeMaskMode.FULL_MASK)
+        self.assertEqual(
+            verify_input.custom_mask.numel(),
+            self.BS * self.BOUND * 2 + self.BS * 2 * 2,
         )
 
 

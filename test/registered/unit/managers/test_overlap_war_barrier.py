@@ -1,0 +1,176 @@
+"""The overlap loops order schedule-stream work after the in-flight forward.
+
+Under the overlap schedule, iteration N+1 prepares its batch on the schedule
+stream while forward N still runs on the forward stream, and that preparation
+writes GPU buffers forward N reads: req_to_token rows of slots freed and
+reused, and the FutureMap rows a finished request's last forward still
+relays into. Each overlap loop (plain, disaggregated decode, disaggregated
+prefill) makes the schedule stream wait for the forward stream at the top of
+every iteration, and the disaggregated decode seeds a prebuilt batch's relay
+rows only after such a wait. Streams are recording fakes (no GPU); the loops
+run two iterations and stop.
+"""
+
+import unittest
+from types import SimpleNamespace
+from unittest import mock
+
+from sglang.test.ci.ci_register import register_cpu_ci
+from sglang.test.test_utils import CustomTestCase, maybe_stub_sgl_kernel
+
+register_cpu_ci(est_time=5, suite="stage-a-test-cpu")
+maybe_stub_sgl_kernel()
+
+from sglang.srt.disaggregation import decode as disagg_decode  # noqa: E402
+from sglang.srt.managers import scheduler as scheduler_module  # noqa: E402
+from sglang.srt.managers.scheduler import Scheduler, war_barrier_enabled  # noqa: E402
+from sglang.srt.speculative.spec_info import SpeculativeAlgorithm  # noqa: E402
+
+BARRIER = "schedule.wait_stream(forward)"
+
+
+class _Stop(Exception):
+    pass
+
+
+class _Stream:
+    def __init__(self, name, log):
+        self.name, self.log = name, log
+
+    def wait_stream(self, other):
+        self.log.append(f"{self.name}.wait_stream({other.name})")
+
+
+def _scheduler(log, iterations=2):
+    """A partial scheduler whose loop hooks log their calls; recv_requests
+    ends the loop after `iterations` iterations."""
+    sched = Scheduler.__new__(Scheduler)
+    sched.schedule_stream = _Stream("schedule", log)
+    sched.forward_stream = _Stream("forward", log)
+    sched._war_barrier_enabled = True
+    sched._engine_paused = False
+    sched.last_batch = None
+    sched.is_generation = True
+    sched.waiting_queue = []
+    calls = iter(range(iterations))
+
+    def recv_requests():
+        if next(calls, None) is None:
+            raise _Stop
+        log.append("recv")
+        return []
+
+    sched.recv_requests = recv_requests
+    for name in (
+        "process_input_requests",
+        "process_decode_queue",
+        "on_idle",
+        "launch_batch_sample_if_needed",
+        "process_disagg_prefill_inflight_queue",
+    ):
+        setattr(sched, name, lambda *a, _n=name, **k: log.append(_n))
+    for name in (
+        "get_next_batch_to_run",
+        "get_next_disagg_decode_batch_to_run",
+        "get_next_disagg_prefill_batch_to_run",
+    ):
+        setattr(sched, name, lambda *a, _n=name, **k: log.append(_n))
+    sched.is_disable_overlap_for_batch = lambda batch: False
+    sched.disagg_prefill_bootstrap_queue = SimpleNamespace(pop_bootstrapped=list)
+    return sched
+
+
+class TestOverlapLoopsWaitForTheForward(CustomTestCase):
+    def _run(self, loop_name):
+        log = []
+        sched = _scheduler(log)
+        with self.assertRaises(_Stop):
+            getattr(sched, loop_name)()
+        return log
+
+    def test_each_iteration_waits_before_it_schedules(self):
+        for loop_name, schedule in (
+            ("event_loop_overlap", "get_next_batch_to_run"),
+            ("event_loop_overlap_disagg_decode", "get_next_disagg_decode_batch_to_run"),
+            ("event_loop_overlap_disagg_prefill", "get_next_disagg_prefill_batch_to_run"),
+        ):
+            with self.subTest(loop=loop_name):
+                log = self._run(loop_name)
+                self.assertEqual(log.count(schedule), 2)
+                barriers = [i for i, c in enumerate(log) if c == BARRIER]
+                schedules = [i for i, c in enumerate(log) if c == schedule]
+                # One wait per iteration, each before that iteration's
+                # requests and batch preparation.
+                self.assertEqual(len(barriers), 3)  # the third stops in recv
+                for barrier, sched_at in zip(barriers, schedules):
+                    self.assertLess(barrier, sched_at)
+                self.assertLess(barriers[1], schedules[1])
+                self.assertGreater(barriers[1], schedules[0])
+                self.assertEqual(log[0], BARRIER)
+
+    def test_disabled_barrier_issues_no_wait(self):
+        log = []
+        sched = _scheduler(log)
+        sched._war_barrier_enabled = False
+        with self.assertRaises(_Stop):
+            sched.event_loop_overlap()
+        self.assertNotIn(BARRIER, log)
+
+    def test_partial_scheduler_has_no_barrier(self):
+        # Schedulers built without run_event_loop (tests, tools) keep working.
+        sched = Scheduler.__new__(Scheduler)
+        sched._apply_war_barrier()  # no schedule_stream: must not touch it
+
+
+class TestPrebuiltSeedWaitsForTheForward(CustomTestCase):
+    def test_process_prebuilt_runs_after_a_wait(self):
+        log = []
+        sched = _scheduler(log)
+        req = SimpleNamespace(
+            init_next_round_input=lambda tree_cache: None, kv_committed_len=None
+        )
+        sched.grammar_manager = SimpleNamespace(has_waiting_grammars=lambda: False)
+        sched.waiting_queue = [req]
+        sched.enable_priority_scheduling = False
+        sched.running_batch = SimpleNamespace(batch_size=lambda: 0)
+        sched.req_to_token_pool = SimpleNamespace(size=8)
+        sched.max_running_requests = 8
+        sched.server_args = SimpleNamespace(
+            disaggregation_decode_enable_radix_cache=False
+        )
+        sched.tree_cache = sched.token_to_kv_pool_allocator = None
+        sched.model_config = sched.enable_overlap = sched.spec_algorithm = None
+        sched.future_map = object()
+        batch = SimpleNamespace(
+            prepare_for_prebuilt=lambda: log.append("prepare_for_prebuilt"),
+            process_prebuilt=lambda args, fmap: log.append("process_prebuilt"),
+        )
+        with mock.patch.object(
+            disagg_decode.ScheduleBatch, "init_new", return_value=batch
+        ), mock.patch.object(disagg_decode, "set_time_batch"):
+            self.assertIs(sched.get_new_prebuilt_batch(), batch)
+        self.assertIn(BARRIER, log)
+        self.assertLess(log.index(BARRIER), log.index("process_prebuilt"))
+
+
+class TestWhenTheBarrierIsOn(CustomTestCase):
+    def test_truth_table(self):
+        eagle = SpeculativeAlgorithm.EAGLE3
+        for overlap, algo, cuda, forced, expected in (
+            (True, SpeculativeAlgorithm.NONE, True, False, True),
+            (True, eagle, True, False, True),
+            (False, eagle, True, False, False),  # no overlap: one stream
+            (True, SpeculativeAlgorithm.DFLASH, True, False, False),
+            (True, eagle, False, False, False),  # off CUDA by default
+            (True, eagle, False, True, True),  # SGLANG_ENABLE_WAR_BARRIER
+        ):
+            with self.subTest(overlap=overlap, algo=algo, cuda=cuda, forced=forced):
+                env = {"SGLANG_ENABLE_WAR_BARRIER": "1"} if forced else {}
+                with mock.patch.object(
+                    scheduler_module, "is_cuda", return_value=cuda
+                ), mock.patch.dict("os.environ", env):
+                    self.assertEqual(war_barrier_enabled(overlap, algo), expected)
+
+
+if __name__ == "__main__":
+    unittest.main()
