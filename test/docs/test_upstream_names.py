@@ -37,6 +37,7 @@ NAMES = {
     "managers.overlap_utils.explain_needs_cpu_seq_lens": None,
     "managers.overlap_utils.sglpatch_series_applied": None,
     "managers.overlap_utils.log_seq_lens_pull": None,
+    "managers.seq_lens_pull.decide_seq_lens_pull": None,
     "managers.scheduler.broadcast_reqs_to_tp_ranks": None,
     "managers.scheduler.setup_request_broadcast": None,
     "managers.scheduler.Scheduler.init_request_broadcast": None,

@@ -2,11 +2,12 @@
 
 - decide_needs_cpu_seq_lens truth table (two-batch overlap, mixed chunk,
   piecewise CUDA graph on/off, all-Triton, mixed backends, a backend without
-  the flag, None slots).
+  the flag, None slots), where the launch facts leave it to the backends.
 - FutureMap with the flag off: device gather kept, seq_lens_cpu / sum None,
   no pinned buffer or copy stream; with it on: values as before.
 - The scheduler collects the spec worker's spec_v2_attn_backends (or the
-  model runner's backend without spec) and hands the decision to FutureMap.
+  model runner's backend without spec) and hands the decision to FutureMap;
+  DP attention keeps the pull.
 - ScheduleBatch filter / merge with and without the host mirror.
 - Piecewise CUDA graph: which batches it can replay under EAGLE3, and that
   they carry scheduler-side CPU lengths (why its override is dropped).
@@ -24,6 +25,7 @@ from sglang.test.test_utils import CustomTestCase, maybe_stub_sgl_kernel
 register_cpu_ci(est_time=10, suite="stage-a-test-cpu")
 maybe_stub_sgl_kernel()
 
+from sglang.srt.configs.model_config import AttentionArch  # noqa: E402
 from sglang.srt.layers.attention.base_attn_backend import (  # noqa: E402
     AttentionBackend,
 )
@@ -62,11 +64,37 @@ def _pool():
     return fake_req_to_token_pool(POOL, 16)
 
 
-def _args(tbo=False, pcg=True, mixed=False):
+def _args(tbo=False, pcg=True, mixed=False, dp_attention=False):
+    # An EAGLE3 launch whose attention backend the facts leave open
+    # (attention_backend None): the backend objects decide.
     return SimpleNamespace(
         enable_two_batch_overlap=tbo,
         disable_piecewise_cuda_graph=not pcg,
         enable_mixed_chunk=mixed,
+        enable_dp_attention=dp_attention,
+        speculative_algorithm="EAGLE3",
+        speculative_eagle_topk=1,
+        attention_backend=None,
+        prefill_attention_backend=None,
+        decode_attention_backend=None,
+        speculative_draft_attention_backend=None,
+        speculative_attention_mode="prefill",
+    )
+
+
+def _model_runner(attn_backend=None):
+    """A target model runner of an MHA model without sliding-window, local
+    or cross attention, without context parallelism."""
+    return SimpleNamespace(
+        attn_backend=attn_backend,
+        model_config=SimpleNamespace(
+            attention_arch=AttentionArch.MHA,
+            is_local_attention_model=False,
+            is_encoder_decoder=False,
+        ),
+        sliding_window_size=None,
+        token_to_kv_pool=None,
+        attn_cp_size=1,
     )
 
 
@@ -154,9 +182,8 @@ class TestSchedulerWiring(CustomTestCase):
         sched = object.__new__(Scheduler)
         sched.spec_algorithm = spec
         sched.draft_worker = draft_worker
-        sched.tp_worker = SimpleNamespace(
-            model_runner=SimpleNamespace(attn_backend=target_backend)
-        )
+        sched.tp_worker = SimpleNamespace(model_runner=_model_runner(target_backend))
+        sched.server_args = _args()
         return sched
 
     def test_eagle_v2_worker_lists_target_draft_and_extend(self):
@@ -191,6 +218,21 @@ class TestSchedulerWiring(CustomTestCase):
     def test_worker_without_the_list_keeps_the_pull(self):
         sched = self._scheduler(SpeculativeAlgorithm.EAGLE3, SimpleNamespace())
         self.assertTrue(decide_needs_cpu_seq_lens(_args(), sched._overlap_attn_backends()))
+
+    def test_dp_attention_keeps_the_pull(self):
+        # Its eager forwards are padded from the host lengths
+        # (prepare_mlp_sync_batch), a path not yet run on a GPU without them.
+        worker = object.__new__(EAGLEWorkerV2)
+        worker._target_worker = SimpleNamespace(
+            model_runner=SimpleNamespace(attn_backend=_triton())
+        )
+        worker._draft_worker = SimpleNamespace(
+            draft_attn_backend=_triton_draft(), draft_extend_attn_backend=_triton()
+        )
+        sched = self._scheduler(SpeculativeAlgorithm.EAGLE3, worker)
+        backends = sched._overlap_attn_backends()
+        self.assertFalse(decide_needs_cpu_seq_lens(_args(), backends))
+        self.assertTrue(decide_needs_cpu_seq_lens(_args(dp_attention=True), backends))
 
     def test_non_spec_uses_the_model_runner_backend(self):
         t = _triton()

@@ -1,7 +1,8 @@
 """FA3 sizes spec v2 decode metadata from an upper bound when the host
 seq_lens are absent, so the scheduler may skip their per-step host pull.
 
-- fa3_needs_cpu_seq_lens: False only for FA3, MHA, topk 1 without local,
+- fa3_needs_cpu_seq_lens: False only for FlashAttentionBackend itself (not
+  a device's subclass, such as MUSA's) at FA3, MHA, topk 1 without local,
   sliding-window or cross attention and without context parallelism; the
   multi-step (draft decode) backend needs the pull when any step backend does.
 - _max_seq_len_k: the exact host maximum plus the mode's extra with the
@@ -11,6 +12,8 @@ seq_lens are absent, so the scheduler may skip their per-step host pull.
 - The verify and draft-extend graph replays, run without the mirror, fill
   the same cache lengths, cumulative lengths and page-table entries as with
   it (every column a request reads), and a width the bound covers.
+- An extend planned without the mirror (a decode batch DP attention runs as
+  an extend) takes the spec input's bound instead of failing.
 - Spec v2 prepare_for_decode leaves the batch's largest KV allocation as
   the draft input's bound: at least every request's length plus what the
   forward adds.
@@ -59,7 +62,11 @@ CONTEXT = 64
 DRAFT_TOKENS = 4
 
 
-def _plain(**overrides):
+class FlashAttentionBackendOnMusa(FlashAttentionBackend):
+    """Stands for MusaFlashAttentionBackend (not importable without MUSA)."""
+
+
+def _plain(cls=FlashAttentionBackend, **overrides):
     attrs = dict(
         fa_impl_ver=3,
         topk=1,
@@ -71,7 +78,9 @@ def _plain(**overrides):
         attn_cp_size=1,
     )
     attrs.update(overrides)
-    return SimpleNamespace(**attrs)
+    backend = object.__new__(cls)
+    backend.__dict__.update(attrs)
+    return backend
 
 
 class TestNeedsCpuSeqLens(CustomTestCase):
@@ -91,6 +100,12 @@ class TestNeedsCpuSeqLens(CustomTestCase):
         }.items():
             with self.subTest(name):
                 self.assertTrue(fa3_needs_cpu_seq_lens(_plain(**change)))
+
+    def test_a_device_subclass_keeps_it(self):
+        # MUSA's fa3 is a subclass with its own planning: not reviewed for
+        # the bound, so it does not inherit the skip.
+        self.assertTrue(fa3_needs_cpu_seq_lens(_plain(FlashAttentionBackendOnMusa)))
+        self.assertTrue(fa3_needs_cpu_seq_lens(SimpleNamespace(**vars(_plain()))))
 
     def test_multi_step_backend_needs_it_when_any_step_does(self):
         multi = object.__new__(FlashAttentionMultiStepBackend)
@@ -207,6 +222,38 @@ class TestReplayWithoutMirror(CustomTestCase):
         self.assertEqual((exact.max_seq_len_k, bounded.max_seq_len_k), (24, 30))
         self.assertTrue(torch.equal(exact.cu_seqlens_q, bounded.cu_seqlens_q))
         self._assert_same_reads(exact, bounded, [14, 24])
+
+
+class TestExtendWithoutMirror(CustomTestCase):
+    def _extend(self, with_mirror):
+        backend = _backend(2)
+        backend.use_mla = False
+        seq_lens = torch.tensor([10, 20])
+        batch = SimpleNamespace(
+            forward_mode=ForwardMode.EXTEND,
+            seq_lens=seq_lens,
+            seq_lens_cpu=seq_lens.clone() if with_mirror else None,
+            batch_size=2,
+            spec_info=SimpleNamespace(seq_lens_upper_bound=30),
+            req_pool_indices=torch.tensor([5, 2]),
+            req_to_token_pool=SimpleNamespace(req_to_token=backend.req_to_token),
+            extend_prefix_lens_cpu=torch.tensor([9, 19]),
+            extend_seq_lens_cpu=[1, 1],
+            extend_seq_lens=torch.tensor([1, 1]),
+            encoder_lens=None,
+        )
+        backend.init_forward_metadata(batch)
+        return backend.forward_metadata
+
+    def test_extend_takes_the_bound(self):
+        # Before: seq_lens_cpu.max() on None raised AttributeError.
+        exact, bounded = self._extend(True), self._extend(False)
+        self.assertEqual((exact.max_seq_len_k, bounded.max_seq_len_k), (20, 30))
+        self.assertTrue(torch.equal(exact.cu_seqlens_k, bounded.cu_seqlens_k))
+        for row, length in enumerate([10, 20]):
+            self.assertTrue(
+                torch.equal(exact.page_table[row, :length], bounded.page_table[row, :length])
+            )
 
 
 class TestPrepareForDecodeBound(CustomTestCase):
