@@ -297,7 +297,7 @@ def apply(
         if dry_run:
             _refuse_if_interrupted(s)
         series, root = s.series, s.pkg.root
-        goal = series.count_through(through) if through else len(series.patches)
+        goal = series.count_through(through) if through is not None else len(series.patches)
         done = s.applied_prefix()
         if done > goal:
             raise SglpatchError(
