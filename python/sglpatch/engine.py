@@ -4,7 +4,7 @@ import os
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Dict, Iterator, List, Optional
+from typing import Callable, Dict, Iterator, List, Optional, Tuple
 
 from sglpatch.bytecode import stale_bytecode
 from sglpatch.errors import SglpatchError
@@ -187,16 +187,19 @@ class _Change:
     """Everything one command writes (None: removes), in one transaction."""
 
     contents: Dict[str, Optional[bytes]]
+    forget: Tuple[str, ...] = ()  # RECORD rows to drop, whether the files exist or not
     bytecode: List[str] = field(default_factory=list)  # removed: stale .pyc
 
-    def finish(self, root: Path) -> None:
+    def finish(self, pkg: SglangPackage) -> None:
         """Bytecode and pip's RECORD follow the files; then check and write."""
+        root = pkg.root
         touched = [rel for rel in self.contents if not rel.startswith(STORE_DIR)]
         self.bytecode = [b for b in stale_bytecode(root, touched) if b not in self.contents]
-        record = find_record(root)
-        if record is not None:
+        found = find_record(pkg)
+        if found is not None:
+            record, name = found
             self.contents[record_rel(root, record)] = updated_record(
-                record.read_bytes(), root.name, dict(self.contents)
+                record.read_bytes(), name, dict(self.contents), forget=self.forget
             )
         for rel in self.bytecode:
             self.contents[rel] = None
@@ -328,7 +331,7 @@ def apply(
                    for rel in files},
         )
         change.contents[STATE_FILE] = new_state.to_bytes()
-        change.finish(root)  # refuses here what the writing would meet
+        change.finish(s.pkg)  # refuses here what the writing would meet
         if dry_run:
             return Outcome(
                 f"dry run: patches {names} apply cleanly to {root} ({len(new)} "
@@ -370,12 +373,12 @@ def revert(
         else:
             restore, count = _restore_by_series(s, progress)
         root = s.pkg.root
-        change = _Change(dict(restore))
+        change = _Change(dict(restore), forget=(STORE_DIR + "/", STATE_FILE))
         change.contents.update(_sglpatch_leftovers(root))
         if not change.contents:
             return Outcome(f"no patch is applied to {root}; nothing to revert",
                            changed=False)
-        change.finish(root)
+        change.finish(s.pkg)
         change.write(root, progress)
         if not restore:
             what = ("removed a stale sglpatch state file (the files were already "
