@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Dict, Iterator, List, Optional, Tuple
 
-from sglpatch.bytecode import stale_bytecode
+from sglpatch.bytecode import prefixed_bytecode, stale_bytecode
 from sglpatch.errors import SglpatchError
 from sglpatch.lock import package_lock
 from sglpatch.pip_record import find_record, record_rel, updated_record
@@ -189,12 +189,14 @@ class _Change:
     contents: Dict[str, Optional[bytes]]
     forget: Tuple[str, ...] = ()  # RECORD rows to drop, whether the files exist or not
     bytecode: List[str] = field(default_factory=list)  # removed: stale .pyc
+    prefixed: List[Path] = field(default_factory=list)  # the same, under a pycache prefix
 
     def finish(self, pkg: SglangPackage) -> None:
         """Bytecode and pip's RECORD follow the files; then check and write."""
         root = pkg.root
         touched = [rel for rel in self.contents if not rel.startswith(STORE_DIR)]
         self.bytecode = [b for b in stale_bytecode(root, touched) if b not in self.contents]
+        self.prefixed = prefixed_bytecode(pkg.spellings(), touched)
         found = find_record(pkg)
         if found is not None:
             record, name = found
@@ -207,6 +209,7 @@ class _Change:
         _require_space(root, self.contents)
 
     def write(self, root: Path, progress: Progress) -> None:
+        self._remove_prefixed(progress)
         progress(f"writing {len(self.contents)} files")
         try:
             replace_files(root, self.contents)
@@ -222,11 +225,27 @@ class _Change:
                 f"rolled back, nothing changed"
             ) from None
 
+    def _remove_prefixed(self, progress: Progress) -> None:
+        """Bytecode outside the package is a cache: removed first, not journaled."""
+        kept = []
+        for path in self.prefixed:
+            try:
+                path.unlink()
+            except FileNotFoundError:
+                pass
+            except OSError as e:
+                kept.append(path)
+                progress(f"warning: could not remove {path} ({e.strerror or e}); "
+                         f"Python may run the old code from it: delete it")
+        self.prefixed = [p for p in self.prefixed if p not in kept]
+
     def bytecode_note(self) -> str:
-        if not self.bytecode:
+        count = len(self.bytecode) + len(self.prefixed)
+        if not count:
             return ""
-        return (f"; removed {len(self.bytecode)} compiled bytecode file(s) of the "
-                f"changed modules (__pycache__)")
+        where = " and the pycache prefix" if self.prefixed else ""
+        return (f"; removed {count} compiled bytecode file(s) of the changed modules "
+                f"(__pycache__{where})")
 
 
 def _require_changeable(root: Path, files: List[str]) -> None:
