@@ -30,8 +30,14 @@ def _print_status(report: dict) -> None:
         print(f"state file: format {state['format']}, written by {state['written_by']}")
         if state["problem"]:
             print(f"  note: {state['problem']}")
-    if report["interrupted_run_pending"]:
-        print(f"an interrupted sglpatch run left a journal; {engine.RECOVER_HINT}")
+    if report["journal_problem"]:
+        print(report["journal_problem"])
+    elif report["interrupted_run_pending"]:
+        left = [n for n in report["leftovers"] if n.startswith(".sglpatch-journal")]
+        print(f"an interrupted sglpatch run left {', '.join(left)}; {engine.RECOVER_HINT}")
+    if engine.STORE_DIR in report["leftovers"]:
+        print(f"{engine.STORE_DIR} is there without a state file; `sglpatch revert` "
+              f"removes it")
     through = report["applied_through"]
     total = len(report["patches"])
     if through and through != report["patches"][-1]["name"]:
