@@ -1,13 +1,14 @@
-"""Command line: sglpatch apply | revert | status | check | worktree | export."""
+"""Command line: sglpatch apply | revert | status | check | worktree | export.
 
-import argparse
-import json
+Only what Python has loaded before any code of ours runs is imported at the
+top: everything else is imported inside main(), so that a Ctrl-C however
+early (while modules load) ends in the one-line message and exit 130.
+"""
+
 import os
 import sys
-from pathlib import Path
 
-from sglpatch import SGLANG_BASE_VERSION, __version__, engine
-from sglpatch.errors import SglpatchError
+from sglpatch import INTERRUPTED, SGLANG_BASE_VERSION, __version__
 
 
 def _progress(msg: str) -> None:
@@ -15,6 +16,8 @@ def _progress(msg: str) -> None:
 
 
 def _print_status(report: dict) -> None:
+    from sglpatch import engine
+
     version = report["sglang_version"] or "(version unknown: no readable _version.py)"
     supported = "" if report["version_supported"] else (
         f"  (the series is for {report['series_base_version']})"
@@ -27,8 +30,14 @@ def _print_status(report: dict) -> None:
         print(f"state file: format {state['format']}, written by {state['written_by']}")
         if state["problem"]:
             print(f"  note: {state['problem']}")
-    if report["interrupted_run_pending"]:
-        print(f"an interrupted sglpatch run left a journal; {engine.RECOVER_HINT}")
+    if report["journal_problem"]:
+        print(report["journal_problem"])
+    elif report["interrupted_run_pending"]:
+        left = [n for n in report["leftovers"] if n.startswith(".sglpatch-journal")]
+        print(f"an interrupted sglpatch run left {', '.join(left)}; {engine.RECOVER_HINT}")
+    if engine.STORE_DIR in report["leftovers"]:
+        print(f"{engine.STORE_DIR} is there without a state file; `sglpatch revert` "
+              f"removes it")
     through = report["applied_through"]
     total = len(report["patches"])
     if through and through != report["patches"][-1]["name"]:
@@ -47,7 +56,10 @@ _DIR_HELP = ("the sglang package directory, e.g. .../site-packages/sglang "
              "(default: the one this Python imports)")
 
 
-def _parser() -> argparse.ArgumentParser:
+def _parser():
+    import argparse
+    from pathlib import Path
+
     parser = argparse.ArgumentParser(
         prog="sglpatch",
         description=f"Apply the overlap-scheduler rework series to sglang "
@@ -100,76 +112,138 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _run(args) -> None:
+def _run(args):
+    """The command's report for stdout, and whether the package was changed."""
+    import json
+    from pathlib import Path
+
+    from sglpatch import engine
+    from sglpatch.errors import SglpatchError
+
     if args.command == "apply":
         outcome = engine.apply(args.sglang_dir, dry_run=args.dry_run,
                                through=args.through, progress=_progress)
-        print(outcome.message)
-    elif args.command == "revert":
-        print(engine.revert(args.sglang_dir, progress=_progress).message)
-    elif args.command == "status" and args.explain:
+        return outcome.message, outcome.changed
+    if args.command == "revert":
+        outcome = engine.revert(args.sglang_dir, progress=_progress)
+        return outcome.message, outcome.changed
+    if args.command == "status" and args.explain:
         from sglpatch.explain import explain_launch
 
         verdict = explain_launch(args.launch_flags)
         if args.json:
-            print(json.dumps(verdict, indent=2))
-        else:
-            print(f"per-step seq_lens host pull: {verdict['pull']} ({verdict['reason']})")
-    elif args.command == "status":
+            return json.dumps(verdict, indent=2), False
+        return f"per-step seq_lens host pull: {verdict['pull']} ({verdict['reason']})", False
+    if args.command == "status":
         if args.launch_flags:
             raise SglpatchError("launch flags go with --explain")
         report = engine.status_report(args.sglang_dir)
         if args.json:
-            print(json.dumps(report, indent=2))
-        else:
-            _print_status(report)
-    elif args.command == "check":
-        print(engine.check(args.sglang_dir).message)
-    elif args.command == "worktree":
+            return json.dumps(report, indent=2), False
+        return _captured(_print_status, report), False
+    if args.command == "check":
+        return engine.check(args.sglang_dir).message, False
+    if args.command == "worktree":
         from sglpatch.maintainer import make_worktree
         from sglpatch.series import PATCHES_DIR
 
         make_worktree(args.dir.resolve(), wheel=args.wheel,
                       patches_dir=args.patches_dir or PATCHES_DIR,
                       with_series=not args.base_only, progress=_progress)
-    elif args.command == "export":
+        return None, True
+    if args.command == "export":
         from sglpatch.maintainer import default_patches_dir, export_series
 
         patches_dir = args.patches_dir or default_patches_dir(Path.cwd())
         export_series(args.dir.resolve(), patches_dir.resolve(), progress=_progress)
+        return None, True
+    raise AssertionError(args.command)
+
+
+def _captured(printer, *args) -> str:
+    import contextlib
+    import io
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        printer(*args)
+    return out.getvalue().rstrip("\n")
 
 
 def main(argv=None) -> int:
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:  # however early: while modules load, too
+        _say(INTERRUPTED)
+        return 130
+
+
+def _main(argv) -> int:
     # A path that is not valid in the output encoding (PYTHONIOENCODING=utf-8
     # and a Latin-1 file name) is printed escaped instead of failing.
     for stream in (sys.stdout, sys.stderr):
         if hasattr(stream, "reconfigure"):
             stream.reconfigure(errors="backslashreplace")
+    from sglpatch.errors import SglpatchError
+
     try:
         args = _parser().parse_args(argv)
-        _run(args)
+        report, changed = _run(args)
     except SglpatchError as e:
         return _fail(str(e))
     except OSError as e:  # e.g. a full disk, a name too long, no permission
-        if isinstance(e, BrokenPipeError):  # e.g. `sglpatch status | head`
-            sys.stderr.close()
-            return 0
-        where = f": {e.filename}" if e.filename else ""
-        return _fail(f"{e.strerror or e}{where}")
+        return _fail(f"{e.strerror or e}{f': {e.filename}' if e.filename else ''}")
     except KeyboardInterrupt:
-        print("sglpatch: interrupted; the package holds all of the change or none "
-              "of it (`sglpatch status` tells which)", file=sys.stderr)
-        return 130
+        raise
     except Exception as e:  # a bug: still one line, the traceback on request
         if os.environ.get("SGLPATCH_TRACEBACK"):
             raise
         return _fail(f"unexpected {type(e).__name__}: {e} (set SGLPATCH_TRACEBACK=1 "
                      f"for the traceback, and please report it)")
+    return _report(report, changed)
+
+
+def _report(report, changed: bool) -> int:
+    """Write the report to stdout. When that fails after the package was
+    changed, the change stands: the report goes to stderr and the exit status
+    stays 0 (2 would say that nothing changed)."""
+    if report is None:
+        return 0
+    try:
+        print(report)
+        sys.stdout.flush()
+    except OSError as e:
+        _drop_stdout()
+        if isinstance(e, BrokenPipeError):  # e.g. `sglpatch status | head`
+            return 0
+        if changed:
+            _say(f"sglpatch: {report} (could not write this to stdout: "
+                 f"{e.strerror or e})")
+            return 0
+        return _fail(f"could not write to stdout: {e.strerror or e}")
     return 0
 
 
+def _drop_stdout() -> None:
+    """What stdout still buffers could not be written: send it nowhere, so
+    that Python's own flush at exit neither fails nor changes the status."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):
+        pass
+
+
+def _say(line: str) -> None:
+    try:
+        print(line, file=sys.stderr, flush=True)
+    except OSError:
+        pass
+
+
 def _fail(message: str) -> int:
-    print(f"sglpatch: error: {' '.join(message.split())}", file=sys.stderr)
+    _say(f"sglpatch: error: {' '.join(message.split())}")
     return 2
 
 

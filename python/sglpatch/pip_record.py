@@ -14,20 +14,65 @@ import hashlib
 import io
 import os
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
+
+from sglpatch.errors import SglpatchError
 
 
-def find_record(root: Path) -> Optional[Path]:
-    """The RECORD of the distribution that installed this package, if pip did."""
-    marker = f"{root.name}/__init__.py,".encode()
-    for dist_info in sorted(root.parent.glob("*.dist-info")):
-        record = dist_info / "RECORD"
-        try:
-            if record.is_file() and marker in record.read_bytes():
-                return record
-        except OSError:
-            continue
-    return None
+def _listing(pkg) -> List[Tuple[Path, str]]:
+    """Every (dist-info, package name) whose RECORD lists this package, from
+    beside the package as given (a symbolic link) and as resolved."""
+    found = []
+    for spelling in pkg.spellings():
+        for dist_info in sorted(spelling.parent.glob("*.dist-info")):
+            try:
+                data = (dist_info / "RECORD").read_bytes()
+            except OSError:
+                continue
+            if f"{spelling.name}/__init__.py,".encode() in data:
+                found.append((dist_info, spelling.name))
+    return list(dict.fromkeys(found))
+
+
+def _dist_version(dist_info: Path) -> Optional[str]:
+    try:
+        text = (dist_info / "METADATA").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        text = ""
+    for line in text.splitlines():
+        if not line.strip():
+            break  # the headers end at the first blank line
+        key, _, value = line.partition(":")
+        if key.strip().lower() == "version":
+            return value.strip()
+    name = dist_info.name[: -len(".dist-info")]
+    return name.split("-", 1)[1] if "-" in name else None
+
+
+def find_record(pkg) -> Optional[Tuple[Path, str]]:
+    """The RECORD of the distribution that installed this package, if pip did,
+    and the package's name in it. With several .dist-info listing it, the one
+    of the package's own version (its _version.py), or a refusal."""
+    found = _listing(pkg)
+    if len(found) <= 1 and (not found or pkg.version is None):
+        return (found[0][0] / "RECORD", found[0][1]) if found else None
+    wanted = (pkg.version or "").lower()
+    matching = [(d, name) for d, name in found
+                if (_dist_version(d) or "").lower() == wanted]
+    if len(matching) == 1:
+        return matching[0][0] / "RECORD", matching[0][1]
+    listed = ", ".join(str(d) for d, _ in found)
+    raise SglpatchError(
+        f"{'none' if not matching else 'more than one'} of the pip records listing "
+        f"{pkg.root} ({listed}) is of its version {pkg.version} (_version.py), so "
+        f"pip's RECORD cannot be kept true; remove the stale .dist-info (or "
+        f"reinstall sglang) and try again"
+    )
+
+
+def record_candidates(pkg) -> List[str]:
+    """Every RECORD path (relative to the package) a journal may name."""
+    return [os.path.relpath(d / "RECORD", pkg.root) for d, _ in _listing(pkg)]
 
 
 def _hash_field(data: bytes) -> str:
@@ -42,20 +87,25 @@ def _row(path: str, data: bytes, eol: str) -> str:
 
 
 def updated_record(
-    record_bytes: bytes, package: str, changes: Dict[str, Optional[bytes]]
+    record_bytes: bytes, package: str, changes: Dict[str, Optional[bytes]],
+    forget: Tuple[str, ...] = (),
 ) -> bytes:
     """RECORD with the rows of `changes` (paths relative to the package; None:
-    the file is gone) rewritten, dropped or appended."""
+    the file is gone) rewritten, dropped or appended; and with no row left of
+    the paths under `forget` (relative to the package) that `changes` does
+    not write, whether or not the files are there."""
     text = record_bytes.decode("utf-8")
     lines: List[str] = text.splitlines(keepends=True)
     eol = "\r\n" if (lines and lines[0].endswith("\r\n")) else "\n"
     wanted = {f"{package}/{rel}": data for rel, data in changes.items()}
+    gone = tuple(f"{package}/{rel}" for rel in forget)
     out, seen = [], set()
     for line in lines:
         fields = next(csv.reader([line.rstrip("\r\n")]), [])
         path = fields[0] if fields else None
         if path not in wanted:
-            out.append(line)
+            if not (gone and path and path.startswith(gone)):
+                out.append(line)
             continue
         seen.add(path)
         data = wanted[path]

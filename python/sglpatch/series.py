@@ -1,7 +1,10 @@
 """The patch series shipped as package data: `patches/series` + `manifest.json`.
 
 `series` lists the patch files in order (blank lines and `#` comments
-ignored). `manifest.json`, written by `sglpatch export`, records for every
+ignored, a UTF-8 byte-order mark too); it must name exactly the patches of
+`manifest.json`, in the manifest's order, or nothing is done (a series that
+names fewer would let `check` call an unpatched package fully applied).
+`manifest.json`, written by `sglpatch export`, records for every
 patch its sha256 and, for every file it touches (path relative to the
 `sglang/` package), the file's sha256 before and after that patch (null when
 the file does not exist). The manifest is what lets `status` tell pristine,
@@ -20,6 +23,7 @@ from pathlib import Path
 from typing import Dict, List, Optional
 
 from sglpatch.errors import SglpatchError
+from sglpatch.paths import inside_package
 
 PATCHES_DIR = Path(__file__).resolve().parent / "patches"
 SERIES_FILE = "series"
@@ -96,6 +100,8 @@ class Series:
     def count_through(self, through: str) -> int:
         """How many leading patches `--through NNNN` means (by number or name)."""
         spec = through.strip()
+        if not spec:
+            raise SglpatchError("--through is empty; give a patch number, e.g. 0004")
         for i, patch in enumerate(self.patches):
             if spec in (patch.name, patch.number) or (
                 spec.isdigit() and patch.number.isdigit()
@@ -111,11 +117,36 @@ def read_series_names(patches_dir: Path) -> List[str]:
     if not series_file.is_file():
         raise SglpatchError(f"no series file at {series_file}")
     names = []
-    for line in series_file.read_text(encoding="utf-8").splitlines():
+    for line in series_file.read_text(encoding="utf-8-sig").splitlines():
         line = line.split("#", 1)[0].strip()
         if line:
             names.append(line)
     return names
+
+
+def _require_same_patches(patches_dir: Path, names: List[str], listed: List[str]) -> None:
+    """The series file and the manifest name the same patches in one order."""
+    if names == listed and names:
+        return
+    series_file = patches_dir / SERIES_FILE
+    fix = "reinstall sglpatch, or re-export the series (`sglpatch export`)"
+    if not names:
+        raise SglpatchError(f"{series_file} names no patch ({MANIFEST_FILE} lists "
+                            f"{len(listed)}); {fix}")
+    for name in names:
+        if not (patches_dir / name).is_file():
+            raise SglpatchError(
+                f"series names {name}, but there is no such patch in {patches_dir}")
+        if name not in listed:
+            raise SglpatchError(f"{name} is in {series_file} but not in {MANIFEST_FILE}; {fix}")
+    if len(set(names)) != len(names):
+        raise SglpatchError(f"{series_file} names a patch twice; {fix}")
+    if sorted(names) == sorted(listed):
+        raise SglpatchError(f"{series_file} lists the patches in another order than "
+                            f"{MANIFEST_FILE}; {fix}")
+    missing = [name for name in listed if name not in names]
+    raise SglpatchError(f"{series_file} leaves out {', '.join(missing)}, which "
+                        f"{MANIFEST_FILE} lists; {fix}")
 
 
 def load_series(patches_dir: Path = PATCHES_DIR) -> Series:
@@ -135,21 +166,16 @@ def _load_series(patches_dir: Path) -> Series:
     if not manifest_file.is_file():
         raise SglpatchError(f"no manifest at {manifest_file}; run `sglpatch export`")
     try:
-        manifest = json.loads(manifest_file.read_text(encoding="utf-8"))
+        manifest = json.loads(manifest_file.read_text(encoding="utf-8-sig"))
     except ValueError as e:
         raise SglpatchError(f"{manifest_file} is not valid JSON: {e}") from None
-    by_name = {entry["name"]: entry for entry in manifest.get("patches", [])}
+    by_name = {entry["name"]: entry for entry in manifest["patches"]}
+    _require_same_patches(patches_dir, names, [entry["name"] for entry in manifest["patches"]])
 
     patches = []
     for name in names:
         path = patches_dir / name
-        if not path.is_file():
-            raise SglpatchError(
-                f"series names {name}, but there is no such patch in {patches_dir}"
-            )
-        entry = by_name.get(name)
-        if entry is None:
-            raise SglpatchError(f"{name} is in the series but not in {MANIFEST_FILE}")
+        entry = by_name[name]
         digest = sha256_file(path)
         if digest != entry["sha256"]:
             raise SglpatchError(
@@ -161,6 +187,10 @@ def _load_series(patches_dir: Path) -> Series:
             FileChange(path=c["path"], before=c["before"], after=c["after"])
             for c in entry["files"]
         ]
+        outside = [c.path for c in changes if not inside_package(c.path)]
+        if outside:
+            raise SglpatchError(f"{manifest_file} names a path outside the package for "
+                                f"{name} ({outside[0]!r}); re-export the series")
         patches.append(
             Patch(
                 name=name,

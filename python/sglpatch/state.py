@@ -10,7 +10,14 @@ whose series differs.
 
 Format history: sglpatch 0.1.0 wrote the state file without a `format` key
 and kept no copies (format 1: revert reverses the series); format 2 adds the
-key, the copies and `applied` as the applied prefix of the series.
+key, the copies and `applied` as the applied prefix of the series. A file
+that was a symbolic link before sglpatch replaced it has `link` (the link's
+text) beside its hashes, so that revert can put the link back; readers that
+do not know the key ignore it.
+
+Nothing in the state file is trusted further than it can be checked: every
+path must lie inside the package and every hash must be a sha256, or the
+file is reported as unusable (and revert goes by the series instead).
 """
 
 import json
@@ -19,7 +26,8 @@ from pathlib import Path
 from typing import Dict, List, Optional
 
 from sglpatch import __version__
-from sglpatch.series import sha256_file
+from sglpatch.paths import inside_package, is_sha256
+from sglpatch.series import sha256_bytes, sha256_file
 
 STATE_FILE = ".sglpatch-state.json"
 STORE_DIR = ".sglpatch-pristine"
@@ -31,8 +39,9 @@ class State:
     format: int
     sglpatch_version: Optional[str]
     applied: List[dict]  # [{"name", "sha256"}], the applied prefix in order
-    files: Dict[str, dict]  # rel -> {"before": sha256|None, "after": sha256|None}
+    files: Dict[str, dict]  # rel -> {"before": sha256|None, "after": sha256|None[, "link"]}
     problem: Optional[str] = None  # why the file could not be used, if it cannot
+    digest: Optional[str] = None  # sha256 of the state file's bytes, as read
 
     @property
     def applied_names(self) -> List[str]:
@@ -68,17 +77,29 @@ def read_state(root: Path) -> Optional[State]:
     path = root / STATE_FILE
     if not path.is_file():
         return None
+    raw = path.read_bytes()
+    state = _parse(raw)
+    state.digest = sha256_bytes(raw)
+    return state
+
+
+def _parse(raw: bytes) -> State:
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(raw.decode("utf-8"))
     except (ValueError, UnicodeDecodeError):
         return _unusable("not valid JSON")
     if not isinstance(data, dict):
         return _unusable("JSON, but not an object")
     applied, files = data.get("applied", []), data.get("files", {})
     if not isinstance(applied, list) or not isinstance(files, dict) or not all(
-        isinstance(e, dict) and "name" in e for e in applied
+        isinstance(e, dict) and isinstance(e.get("name"), str) for e in applied
     ) or not all(isinstance(v, dict) for v in files.values()):
         return _unusable("not in a format this sglpatch knows")
+    outside = [rel for rel in files if not inside_package(rel)]
+    if outside:
+        return _unusable(f"naming a path outside the package ({outside[0]!r})")
+    if not all(_file_entry_ok(v) for v in files.values()):
+        return _unusable("not in a format this sglpatch knows (a file's hashes)")
     fmt = data.get("format", 1)
     version = data.get("sglpatch_version")
     return State(
@@ -87,6 +108,13 @@ def read_state(root: Path) -> Optional[State]:
         applied=applied,
         files=files,
     )
+
+
+def _file_entry_ok(hashes: dict) -> bool:
+    link = hashes.get("link")
+    return (all(hashes.get(key) is None or is_sha256(hashes.get(key))
+                for key in ("before", "after"))
+            and (link is None or (isinstance(link, str) and link and "\0" not in link)))
 
 
 def _unusable(problem: str) -> State:

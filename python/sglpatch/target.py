@@ -21,8 +21,15 @@ _VERSION_RE = re.compile(
 
 @dataclass(frozen=True)
 class SglangPackage:
-    root: Path  # the `sglang/` package directory itself
+    root: Path  # the `sglang/` package directory itself (symbolic links resolved)
     version: Optional[str]  # None: no readable _version.py
+    # The package's path as given or imported, links not resolved: where
+    # pip's .dist-info sits beside a package that is a symbolic link.
+    given: Optional[Path] = None
+
+    def spellings(self) -> list:
+        """The package's path as given, then resolved (once if the same)."""
+        return list(dict.fromkeys(p for p in (self.given, self.root) if p is not None))
 
     @property
     def version_text(self) -> str:
@@ -58,8 +65,9 @@ def open_sglang(sglang_dir: Optional[str]) -> SglangPackage:
     may be unknown, which only the commands that change it refuse."""
     if sglang_dir is not None and not sglang_dir.strip():
         raise SglpatchError("--sglang-dir is empty; give the sglang package directory")
-    root = Path(sglang_dir) if sglang_dir is not None else default_sglang_dir()
-    root = root.resolve()
+    given = Path(sglang_dir) if sglang_dir is not None else default_sglang_dir()
+    given = Path(os.path.abspath(given))
+    root = given.resolve()
     if not root.is_dir():
         raise SglpatchError(f"{root} is not a directory")
     if not _is_package(root):
@@ -70,7 +78,7 @@ def open_sglang(sglang_dir: Optional[str]) -> SglangPackage:
             f"{root} is not an sglang package (expected __init__.py and srt/ "
             f"inside){hint}"
         )
-    return SglangPackage(root=root, version=read_version(root))
+    return SglangPackage(root=root, version=read_version(root), given=given)
 
 
 def require_version(pkg: SglangPackage, expected: str) -> None:

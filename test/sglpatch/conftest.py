@@ -96,3 +96,38 @@ def make_read_only(root: Path) -> None:
 def make_writable(root: Path) -> None:
     for d in [root, *[p for p in root.rglob("*") if p.is_dir()]]:
         d.chmod(d.stat().st_mode | stat.S_IWUSR)
+
+
+def hinted_commands(message: str) -> list:
+    """The sglpatch commands a message tells the user to run (`sglpatch X`)."""
+    import re
+
+    return re.findall(r"`sglpatch ([a-z-]+(?: --[a-z-]+)*)`", message)
+
+
+def one_error_line(result) -> str:
+    """The single `sglpatch: error:` line of a refused command (exit 2)."""
+    assert result.returncode == 2, (result.stdout, result.stderr)
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("sglpatch: error: "), lines
+    return lines[0]
+
+
+@pytest.fixture
+def fast(monkeypatch):
+    """Neither git apply in scratch nor the disk's durability is under test
+    here: run each distinct staging once, and skip fsync (hundreds of runs)."""
+    from sglpatch import engine
+
+    monkeypatch.setattr(os, "fsync", lambda fd: None)
+    real, memo = engine.run_in_scratch, {}
+
+    def cached(root, files, patches, reverse=False, progress=None):
+        key = (tuple(files), tuple(p.name for p in patches), reverse,
+               tuple((root / f).read_bytes() if (root / f).is_file() else None
+                     for f in files))
+        if key not in memo:
+            memo[key] = real(root, files, patches, reverse=reverse)
+        return dict(memo[key])
+
+    monkeypatch.setattr(engine, "run_in_scratch", cached)

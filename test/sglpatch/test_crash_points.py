@@ -29,7 +29,7 @@ class Killed(BaseException):
 # Every call that changes a file system, at the level of `os` (so the test
 # holds whatever the tool is built from): open for writing, rename, link,
 # unlink, mkdir, rmdir.
-_CHANGES = ("replace", "rename", "link", "unlink", "remove", "mkdir", "rmdir")
+_CHANGES = ("replace", "rename", "link", "symlink", "unlink", "remove", "mkdir", "rmdir")
 _WRITE_MODES = set("wax+")
 
 
@@ -64,24 +64,6 @@ class KillAt:
         monkeypatch.setattr(builtins, "open", open_)
 
 
-@pytest.fixture
-def fast(monkeypatch):
-    """Neither git apply in scratch nor the disk's durability is under test
-    here: run each distinct staging once, and skip fsync (hundreds of runs)."""
-    monkeypatch.setattr(os, "fsync", lambda fd: None)
-    real, memo = engine.run_in_scratch, {}
-
-    def cached(root, files, patches, reverse=False, progress=None):
-        key = (tuple(files), tuple(p.name for p in patches), reverse,
-               tuple((root / f).read_bytes() if (root / f).is_file() else None
-                     for f in files))
-        if key not in memo:
-            memo[key] = real(root, files, patches, reverse=reverse)
-        return dict(memo[key])
-
-    monkeypatch.setattr(engine, "run_in_scratch", cached)
-
-
 def _with_bytecode(root):
     """Compiled modules (unchecked-hash), so removing them is a step too."""
     for rel in ["srt/alpha.py", "srt/beta.py", "srt/untouched.py"]:
@@ -90,13 +72,20 @@ def _with_bytecode(root):
                            invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH)
 
 
-def _recover(root):
-    """What the next command does first, holding the lock (here no one else runs)."""
-    txn.recover_interrupted(root)
+def _recover(root, patches):
+    """What the next writing command does first, holding the lock."""
+    with engine._prologue(str(root), patches, write=True):
+        pass
 
 
 def _key(root):
-    return tuple(snapshot(root).items())
+    """Every file with its bytes, and every directory (an empty one too)."""
+    dirs = sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_dir())
+    return tuple(snapshot(root).items()), tuple(dirs)
+
+
+def _sglpatch_entries(root):
+    return sorted(name for name in os.listdir(root) if name.startswith(".sglpatch-"))
 
 
 @pytest.mark.parametrize("command", ["apply", "revert"])
@@ -136,11 +125,17 @@ def test_kill_at_every_step(tmp_path, monkeypatch, fast, command):
             run(installed, kill=KillAt(at))
         where = f"killed at step {at} of {total} ({counter.steps[at - 1][0]})"
 
-        engine.status_report(str(installed), patches_dir=patches)  # must not fail
-        _recover(installed)
+        report = engine.status_report(str(installed), patches_dir=patches)
+        journals = [n for n in _sglpatch_entries(installed) if n.startswith(txn.JOURNAL_DIR)]
+        assert [n for n in report["leftovers"] if n in journals] == journals, where
+        assert report["interrupted_run_pending"] == bool(journals), where
+        _recover(installed, patches)
         outcome = whole.get(_key(site))
         assert outcome is not None, f"{where}: not a whole state after recovery"
         outcomes.add(outcome)
         run(installed)
         assert _key(site) == _key(goal), where
+        # Nothing of sglpatch's is left that the goal does not hold: no
+        # journal, no empty directory of kept copies.
+        assert _sglpatch_entries(installed) == _sglpatch_entries(goal / "sglang"), where
     assert outcomes == {"before", "after"}

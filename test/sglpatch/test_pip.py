@@ -81,6 +81,9 @@ def test_a_later_sglpatch_with_another_series_still_reverts(installed, patches_c
     # changed later patches (here: dropped them).
     names = read_series_names(patches_copy)
     (patches_copy / SERIES_FILE).write_text("".join(f"{n}\n" for n in names[:3]))
+    manifest = json.loads((patches_copy / "manifest.json").read_text())
+    manifest["patches"] = manifest["patches"][:3]
+    (patches_copy / "manifest.json").write_text(json.dumps(manifest))
     outcome = engine.revert(str(installed), patches_dir=patches_copy)
     assert f"reverted {len(names)} patches" in outcome.message
     assert snapshot(installed.parent) == before
