@@ -104,16 +104,16 @@ def _found(data, todo_allowed=("TODO-pull",)):
 
 def test_a_resolvable_test_id_passes():
     assert _found(_with_cell("gated off", [f"{HERE}::test_page_is_current"])) == []
-    unit = "test/registered/unit/managers/test_overlap_war_barrier.py"
-    assert modes.test_id_problem(f"{unit}::TestWhenTheBarrierIsOn::test_truth_table") is None
+    unit = "test/registered/unit/managers/test_seq_lens_mirror.py"
+    assert modes.test_id_problem(f"{unit}::TestDebugSwitch::test_env_var_defaults_off") is None
 
 
 def test_missing_files_classes_and_functions_are_found():
-    unit = "test/registered/unit/managers/test_overlap_war_barrier.py"
+    unit = "test/registered/unit/managers/test_seq_lens_mirror.py"
     for item, word in ((f"{HERE}::test_no_such_test", "no function"),
                        ("test/modes/no_such_file.py::test_x", "no such file"),
-                       (f"{unit}::NoSuchClass::test_truth_table", "no class"),
-                       (f"{unit}::TestWhenTheBarrierIsOn::test_no_such", "no method"),
+                       (f"{unit}::NoSuchClass::test_env_var_defaults_off", "no class"),
+                       (f"{unit}::TestDebugSwitch::test_no_such", "no method"),
                        ("docs/modes.md", "not a test file")):
         found = _found(_with_cell("active", [item]))
         assert len(found) == 1 and word in found[0], (item, found)
