@@ -61,8 +61,9 @@ def _env_bool(env: Mapping[str, str], name: str, default: bool) -> bool:
 def launch_facts(flags: List[str], env: Optional[Mapping[str, str]] = None
                  ) -> Tuple[Dict[str, object], Optional[str]]:
     """The facts decide_seq_lens_pull takes, for these launch flags, and why
-    sglang turns the overlap schedule off (None when it runs or the flag
-    itself turns it off). SglpatchError where sglang would refuse them."""
+    sglang turns the overlap schedule off or why that is not known (None
+    when it runs or the flag itself turns it off). SglpatchError where
+    sglang would refuse them."""
     env = os.environ if env is None else env
     try:
         args = parse_launch_flags(flags)
@@ -133,6 +134,15 @@ def launch_facts(flags: List[str], env: Optional[Mapping[str, str]] = None
                                  "on spec v1 (spec v2 serves topk 1 only)")
             elif not _env_bool(env, "SGLANG_ENABLE_SPEC_V2", True):
                 turn_overlap_off("sglang runs EAGLE on spec v1 with SGLANG_ENABLE_SPEC_V2 off")
+            elif args.speculative_num_steps is None and spec != "STANDALONE" and overlap:
+                # sglang picks the parameters from the model (the series'
+                # 0015 before it chooses spec v1 or v2): topk 4 for a Llama
+                # target runs spec v1 without the overlap schedule.
+                overlap, overlap_off = None, (
+                    "sglang picks the EAGLE parameters from the model (a Llama target "
+                    "gets topk 4 and runs spec v1 without the overlap schedule); "
+                    "--speculative-num-steps, --speculative-eagle-topk and "
+                    "--speculative-num-draft-tokens decide it")
 
     facts = dict(
         overlap=overlap,
@@ -205,6 +215,6 @@ def explain_launch(flags: List[str], env: Optional[Mapping[str, str]] = None
     flags; SglpatchError (one line) where sglang would refuse them."""
     facts, overlap_off = launch_facts(flags, env)
     verdict, reason = seq_lens_pull.decide_seq_lens_pull(**facts)
-    if verdict == seq_lens_pull.NOT_USED and overlap_off is not None:
+    if verdict in (seq_lens_pull.NOT_USED, seq_lens_pull.DEPENDS) and overlap_off is not None:
         reason = f"{reason}; {overlap_off}"
     return {"pull": verdict, "reason": reason}

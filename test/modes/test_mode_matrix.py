@@ -29,25 +29,6 @@ REQUIRED_ROWS = (
     "mixed-chunk", "cuda-graph-off", "above-cuda-graph-max-bs", "rocm", "musa", "npu",
 )
 
-# The series the matrix describes, until `series` lists it: the shipped
-# patches are its first twelve. Delete this once `series` has all fourteen.
-SERIES_AFTER_INTEGRATION = (
-    "0001-attention-let-trtllm-MHA-serve-the-overlap-plan-stre.patch",
-    "0002-scheduler-remove-the-ModelWorkerBatch-indirection.patch",
-    "0003-scheduler-relay-forward-outputs-through-a-request-sl.patch",
-    "0004-scheduler-keep-one-GPU-CPU-seq_lens-mirror-and-drop-.patch",
-    "0005-scheduler-pull-relayed-seq_lens-through-a-pinned-hos.patch",
-    "0006-attention-add-needs_cpu_seq_lens-and-let-Triton-skip.patch",
-    "0007-model_executor-replace-skip_attn_backend_init-with-a.patch",
-    "0008-scheduler-log-at-start-whether-the-host-seq_lens-pul.patch",
-    "0009-scheduler-broadcast-received-requests-over-the-TP-sh.patch",
-    "0010-speculative-let-fa3-replay-the-spec-v2-draft-extend-.patch",
-    "0011-attention-let-fa3-skip-the-per-step-host-pull-of-spe.patch",
-    "0012-attention-build-Triton-s-spec-v2-graph-metadata-insi.patch",
-    "0013-scheduler-order-schedule-stream-writes-after-the-in-.patch",
-    "0014-speculative-make-the-plan-stream-wait-for-the-verify.patch",
-)
-
 DATA = modes.load()
 HERE = "test/modes/test_mode_matrix.py"
 
@@ -64,10 +45,7 @@ def test_page_is_current():
 
 def test_the_columns_are_the_series():
     files = [p["file"] for p in DATA["patches"]]
-    shipped = series()
-    if files != shipped:
-        assert files == list(SERIES_AFTER_INTEGRATION)
-        assert shipped == list(SERIES_AFTER_INTEGRATION[:len(shipped)])
+    assert files == series()
     assert [p["id"] for p in DATA["patches"]] == [f[:4] for f in files]
 
 

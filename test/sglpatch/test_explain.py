@@ -23,11 +23,14 @@ from sglpatch.launch_flags import DEFAULTS, launch_parser, table_from_parser
 from sglpatch.series import load_series, sha256_file
 from sglpatch.sglang_options import OPTIONS
 
-EAGLE = ["--speculative-algorithm", "EAGLE3"]
-TOPK1 = [*EAGLE, "--speculative-num-steps", "3", "--speculative-eagle-topk", "1",
+# sglang picks the EAGLE parameters from the model (AUTO): a Llama target gets
+# topk 4 and spec v1, so the rules of a backend are shown at topk 1 (EAGLE)
+AUTO = ["--speculative-algorithm", "EAGLE3"]
+TOPK1 = [*AUTO, "--speculative-num-steps", "3", "--speculative-eagle-topk", "1",
          "--speculative-num-draft-tokens", "4"]
-TOPK4 = [*EAGLE, "--speculative-num-steps", "3", "--speculative-eagle-topk", "4",
+TOPK4 = [*AUTO, "--speculative-num-steps", "3", "--speculative-eagle-topk", "4",
          "--speculative-num-draft-tokens", "8"]
+EAGLE = TOPK1
 SHARED = "srt/managers/seq_lens_pull.py"  # in the sglang package, from the series
 
 
@@ -52,12 +55,14 @@ def pull(*flags, env=None):
     (["--attention-backend", "triton", *EAGLE], "off", None),
     (["--attention-backend", "triton", *TOPK1], "off", None),
     # sglang picks the topk from the model when it is not given: 4 for Llama
-    (["--attention-backend", "fa3", *EAGLE], "depends", "--speculative-eagle-topk"),
+    (["--attention-backend", "fa3", *AUTO], "depends", "--speculative-eagle-topk"),
+    (["--attention-backend", "triton", *AUTO], "depends", "spec v1"),
     # the model's attention is not in the flags
     (["--attention-backend", "fa3", *TOPK1], "depends", None),
     (["--attention-backend", "fa3", "--attn-cp-size", "2", *TOPK1], "on", "--attn-cp-size 2"),
     (["--attention-backend", "fa4", *TOPK1], "on", "fa4"),
     (["--attention-backend", "flashinfer", *EAGLE], "on", "--attention-backend triton"),
+    (AUTO, "depends", None),
     (EAGLE, "depends", None),
     # one of prefill / decode given: the other is sglang's pick
     (["--prefill-attention-backend", "triton", *EAGLE], "depends", "HybridAttnBackend"),
@@ -94,8 +99,10 @@ def pull(*flags, env=None):
       "direct", *TOPK1], "depends", None),
     (["--attention-backend", "triton", "--device", "hpu"], "not used", None),
     # sglang reads flags as argparse does: abbreviations, any case of the algorithm
-    (["--attention-back", "triton", "--speculative-algorithm", "eagle3"], "off", None),
-    (["--attention-backend=triton", "--speculative-algorithm", "NEXTN"], "off", None),
+    (["--attention-back", "triton", *TOPK1[2:], "--speculative-algorithm", "eagle3"], "off",
+     None),
+    (["--attention-backend=triton", *TOPK1[2:], "--speculative-algorithm", "NEXTN"], "off",
+     None),
 ])
 def test_verdicts(flags, verdict, names):
     result = explain_launch(flags, {})
@@ -118,8 +125,8 @@ def test_spec_v2_switched_off_in_the_environment():
     ["--enable-dp", *EAGLE],                                    # ambiguous abbreviation
     ["--no-such-flag"],                                         # unknown
     ["--attention-backend"],                                    # value missing
-    ["--attention-backend", "triton", "--speculative-eagle-topk", "1", *EAGLE],  # no steps
-    ["--attention-backend", "triton", "--speculative-num-steps", "3", *EAGLE],   # no topk
+    ["--attention-backend", "triton", "--speculative-eagle-topk", "1", *AUTO],  # no steps
+    ["--attention-backend", "triton", "--speculative-num-steps", "3", *AUTO],   # no topk
     ["--attention-backend", "triton", *TOPK1[:-4], "--speculative-eagle-topk", "0"],
     ["--attention-backend", "triton", *TOPK1[:-4], "--speculative-eagle-topk", "-3"],
     ["--attention-backend", "trtllm_mha", *TOPK4],
@@ -165,7 +172,7 @@ def test_settled_facts():
         ["--speculative-algorithm", "nextn", "--prefill-attention-backend", "triton",
          "--decode-attention-backend", "triton", "--enable-mixed-chunk",
          "--enable-dp-attention", "--dp-size", "2", "--attn-cp-size", "2"], {})
-    assert overlap_off is None
+    assert facts["overlap"] is None and "--speculative-num-steps" in overlap_off
     assert {k: facts[k] for k in ("spec_algorithm", "attention_backend", "mixed_chunk",
                                   "dp_attention", "attn_cp_size", "topk", "mla")} == {
         "spec_algorithm": "EAGLE", "attention_backend": "triton", "mixed_chunk": False,
@@ -191,7 +198,8 @@ def test_the_decision_is_the_servers_copy():
 def test_cli_imports_neither_sglang_nor_torch():
     code = ("import sys; from sglpatch.cli import main; "
             "rc = main(['status', '--explain', '--json', '--', '--attention-backend', "
-            "'triton', '--speculative-algorithm', 'EAGLE3']); "
+            "'triton', '--speculative-algorithm', 'EAGLE3', '--speculative-num-steps', '3', "
+            "'--speculative-eagle-topk', '1', '--speculative-num-draft-tokens', '4']); "
             "assert rc == 0, rc; "
             "assert not {'torch', 'sglang'} & set(sys.modules), 'imported'")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
@@ -250,8 +258,9 @@ SETTLED = [
     ["--prefill-attention-backend", "triton", "--decode-attention-backend", "triton", *EAGLE],
     ["--attention-backend", "fa3", "--kv-cache-dtype", "fp8_e5m2", *EAGLE],
     ["--attention-backend", "triton", "--disable-overlap-schedule", *EAGLE],
-    ["--attention-backend", "triton", "--speculative-eagle-topk", "1", *EAGLE],
-    ["--attention-backend", "triton", "--speculative-num-steps", "3", *EAGLE],
+    ["--attention-backend", "triton", "--speculative-eagle-topk", "1", *AUTO],
+    ["--attention-backend", "triton", "--speculative-num-steps", "3", *AUTO],
+    ["--attention-backend", "triton", *AUTO],
     ["--attention-backend", "triton", "--enable-mixed-chunk"],
 ]
 
@@ -274,7 +283,10 @@ def test_settling_matches_sglang(flags, tmp_path):
             launch_facts(flags, {})
         return
     facts, _ = launch_facts(flags, {})
-    assert facts["overlap"] == (not args.disable_overlap_schedule)
+    if facts["overlap"] is None:  # sglang picked the topk from the model
+        assert "--speculative-num-steps" not in flags
+    else:
+        assert facts["overlap"] == (not args.disable_overlap_schedule)
     assert facts["spec_algorithm"] == args.speculative_algorithm
     assert facts["mixed_chunk"] == args.enable_mixed_chunk
     assert facts["dp_attention"] == args.enable_dp_attention

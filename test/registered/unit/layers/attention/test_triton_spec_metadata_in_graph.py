@@ -64,12 +64,13 @@ class KvIndicesReference:
         return launch
 
 
-def _backend(sliding_window_size=None):
+def _backend(sliding_window_size=None, topk=1):
     b = object.__new__(TritonAttnBackend)
     b.device = "cpu"
     b.num_draft_tokens = DRAFT_TOKENS
     b.speculative_num_steps = SPEC_STEPS
     b.sliding_window_size = sliding_window_size
+    b.eagle_topk = topk
     b.req_to_token = torch.arange(8 * CONTEXT, dtype=torch.int32).reshape(8, CONTEXT)
     b.kv_indptr = torch.zeros(MAX_BS + 1, dtype=torch.int32)
     b.qo_indptr = torch.zeros(MAX_BS + 1, dtype=torch.int64)
@@ -188,6 +189,16 @@ class TestTritonSpecMetadataInGraph(CustomTestCase):
         self._replay(b, ForwardMode.DRAFT_EXTEND_V2, 2, rpi, lens)
         self._check(_buffers(b, 2), _expected(rpi, lens, SPEC_STEPS + 1, verify=False))
 
+    def test_topk_above_one_stays_on_the_host(self):
+        # A tree of topk > 1 (spec v1, or sglang's own speculative
+        # parameters) keeps 0.5.12.post1's host replay.
+        b = _backend(topk=4)
+        for mode in (ForwardMode.TARGET_VERIFY, ForwardMode.DRAFT_EXTEND_V2):
+            b.init_forward_metadata_in_graph(_capture_batch(
+                mode, 2, torch.tensor([0, 1]), torch.tensor([3, 3])))
+        self.assertEqual(b.metadata_in_graph, set())
+        self.assertEqual(b.kv_indptr.tolist(), [0] * (MAX_BS + 1))  # untouched
+
     def test_sliding_window_and_other_modes_stay_on_the_host(self):
         b = _backend(sliding_window_size=8)
         b.init_forward_metadata_in_graph(_capture_batch(
@@ -276,6 +287,13 @@ class TestTritonDraftMetadataInGraph(CustomTestCase):
         self.assertEqual(built[1], [5, 7])
         d.init_forward_metadata_replay_cuda_graph(_draft_batch(2, lens + 3), 2)
         self.assertEqual(self._state(d, 2), built)  # the graph does it
+
+    def test_topk_above_one_stays_on_the_host(self):
+        d = _draft_backend()
+        d.topk = 4
+        d.init_forward_metadata_in_graph(_draft_batch(2, torch.tensor([5, 7])))
+        self.assertEqual(d.metadata_in_graph, set())
+        self.assertEqual(d.kv_indptr.tolist(), [[0] * (MAX_BS + 1)] * SPEC_STEPS)
 
     def test_a_draft_graph_captured_without_the_hook_replays_as_before(self):
         d = _draft_backend()
