@@ -127,3 +127,33 @@ def test_a_prompt_overlaps_when_the_other_rank_decoded_before_and_after():
     assert not mixed.overlapped([Gen(0, 3.0, [3.0, 9.0])], 1, 2.0, 6.0)
     # one scheduler: its own generations count
     assert mixed.overlapped([Gen(None, 1.0, [1.0, 9.0])], None, 2.0, 6.0)
+
+
+def test_sglang_accepts_the_dp_attention_launch(tmp_path, monkeypatch):
+    """sglang 0.5.12.post1's own argument checks (ServerArgs) take the
+    launch of `e2e.py run --preset qwen3-small --tp 2 --dp 2
+    --enable-dp-attention`, EAGLE3 topk 1, as one of Hopper's: DP attention
+    on, the chunked prefill split per DP rank, piecewise CUDA graphs off, the
+    overlap (spec v2) schedule kept, fa3 as the default backend."""
+    S = pytest.importorskip("sglang.srt.server_args")
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "make_models", os.path.join(os.path.dirname(E2E), "models", "make_models.py"))
+    mm = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mm)
+    p = mm.PRESETS["qwen3-small"]
+    for name, config in (("target", mm.target_config(p)), ("draft", mm.draft_config(p))):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "config.json").write_text(json.dumps(config))
+    # a Hopper card of 80 GB, as far as ServerArgs asks
+    monkeypatch.setattr(S, "get_device_memory_capacity", lambda *a, **k: 81559, raising=False)
+    monkeypatch.setattr(S, "is_hopper_with_cuda_12_3", lambda *a, **k: True, raising=False)
+    monkeypatch.setattr(S, "is_sm100_supported", lambda *a, **k: False, raising=False)
+    cmd = server_command("python3", str(tmp_path / "target"), str(tmp_path / "draft"), 31000,
+                         "default", "EAGLE3", True, False, tp=2, dp=2, dp_attention=True)
+    sa = S.prepare_server_args(cmd[3:] + ["--device", "cuda"])
+    assert (sa.tp_size, sa.dp_size, sa.enable_dp_attention) == (2, 2, True)
+    assert sa.disable_piecewise_cuda_graph and not sa.disable_overlap_schedule
+    assert sa.attention_backend == "fa3" and sa.speculative_eagle_topk == 1
+    assert sa.load_balance_method == "round_robin"  # routed_dp_rank pins past it
