@@ -1,6 +1,6 @@
 #!/bin/bash
 # One device call for two deployment checks of base and patched (0.5.12.post1
-# with and without the series), each a phase that PHASES switches on:
+# without and with the series), each a phase that PHASES switches on:
 #   dp    DP attention: `e2e.py run --preset qwen3-small --tp 2 --dp 2
 #         --enable-dp-attention` (a Qwen3 target: sglang 0.5.12.post1's Llama
 #         does not serve DP attention), EAGLE3 (3 steps, topk 1, 4 draft
@@ -17,27 +17,30 @@
 #         busy: KILL_SCENARIOS), TP rank 1's scheduler gets SIGKILL, the seconds
 #         until the server's launcher exits (KILL_CAP_S, default 120: "hung"
 #         past it) -> kill-rank.json
-# Each phase runs on a pair of GPUs of its own where the machine has enough
-# (and one a build, one a kill scenario where it has more pairs: 8 GPUs run
-# everything at once); on 2 GPUs all in turn, so there one phase a call. Extra options: DP_ARGS (e2e.py run, e.g. "--repeats 2"
-# or "--mix-prompts 32"), KILL_ARGS (kill_rank.py, e.g. "--speculative none").
-# usage: OUT=dir [PHASES=dp,kill] [ADDON=.kitfa3] [ATTN=default|triton]
-#        [KILL_SCENARIOS=idle,busy] [KILL_CAP_S=120] [DP_SIDE_BY_SIDE=1 [DP_KV_TOKENS=60000]]
-#        [INSTALL_ONLY=1] benchmark/device_modes.sh KIT BUDGET_S
+# Each job runs on a pair of GPUs of its own where the machine has enough
+# pairs (one a build, one a kill scenario where it has more: on 8 GPUs every
+# server of the call at once); on 2 GPUs all in turn. Server starts take
+# most of a call (TP=2: ~100-250 s each): there, one phase a call, the kill
+# phase one scenario a call (KILL_SCENARIOS=idle, then busy) where the cap
+# may be reached, and BUILDS=base (then patched) halves either phase.
+# Extra options: DP_ARGS (e2e.py run, e.g. "--no-bench" or "--mix-prompts 32";
+# later options win), KILL_ARGS (kill_rank.py, e.g. "--speculative none").
+# usage: OUT=dir [PHASES=dp,kill] [BUILDS=base,patched] [ADDON=.kitfa3]
+#        [ATTN=default|triton] [KILL_SCENARIOS=idle,busy] [KILL_CAP_S=120]
+#        [DP_SIDE_BY_SIDE=1 [DP_KV_TOKENS=60000]] [INSTALL_ONLY=1]
+#        benchmark/device_modes.sh KIT BUDGET_S
 #   e.g. PHASES=kill OUT=out benchmark/device_modes.sh .kit 570
 #        PHASES=dp ADDON=.kitfa3 OUT=out benchmark/device_modes.sh .kit 570
 #        (the first call carries .kit, the second .kitfa3 onto the warm machine)
-# Server starts take most of a call (TP=2: ~100-250 s each): on 2 GPUs one
-# phase a call, and the kill phase one scenario a call (KILL_SCENARIOS=idle,
-# then busy) where the cap may be reached.
-# Returns under $OUT: dp-attention-*.json, kill-rank.json, modes.log (with a summary
-# at its end), env.txt, server-logs.tgz (every server's and bench log).
+# Returns under $OUT: dp-attention-*.json, kill-rank.json, modes.log (with a
+# summary at its end), env.txt, server-logs.tgz (every server's and bench log).
 KIT=$1
 LOG_NAME=modes.log
 . "$(dirname "$0")/lib.sh"
 budget_start "${2:?usage: device_modes.sh KIT BUDGET_S}"
 PHASES=${PHASES:-dp,kill}
 ATTN=${ATTN:-default}
+BUILDS=${BUILDS:-base,patched}
 KILL_SCENARIOS=${KILL_SCENARIOS:-idle,busy}
 KILL_CAP_S=${KILL_CAP_S:-120}
 DP_KV_TOKENS=${DP_KV_TOKENS:-60000}
@@ -71,19 +74,25 @@ want_dp=0 want_kill=0
 [[ ",$PHASES," == *",dp,"* ]] && want_dp=1
 [[ ",$PHASES," == *",kill,"* ]] && want_kill=1
 read -r -a scen <<< "${KILL_SCENARIOS//,/ }"
+read -r -a builds <<< "${BUILDS//,/ }"
+for v in "${builds[@]}"; do
+  case $v in base|patched) ;; *) log "ERROR: unknown build $v (BUILDS: base, patched)"; exit 2 ;; esac
+done
+all=${BUILDS//,/+}
 jobs=()
 if [ $want_dp = 1 ]; then
-  if [ "$pairs" -ge $(( 2 + want_kill )) ]; then jobs+=(dp:base dp:patched)
-  else jobs+=(dp:base+patched); fi
+  if [ ${#builds[@]} -gt 1 ] && [ "$pairs" -ge $(( ${#builds[@]} + want_kill )) ]; then
+    for v in "${builds[@]}"; do jobs+=("dp:$v"); done
+  else jobs+=("dp:$all"); fi
 fi
 if [ $want_kill = 1 ]; then
   free=$(( pairs - ${#jobs[@]} ))
-  if [ "$free" -ge $(( 2 * ${#scen[@]} )) ]; then
-    for v in base patched; do for s in "${scen[@]}"; do jobs+=("kill:$v:$s"); done; done
+  if [ "$free" -ge $(( ${#builds[@]} * ${#scen[@]} )) ]; then
+    for v in "${builds[@]}"; do for s in "${scen[@]}"; do jobs+=("kill:$v:$s"); done; done
   elif [ "$free" -ge "${#scen[@]}" ] && [ "${#scen[@]}" -gt 1 ]; then
-    for s in "${scen[@]}"; do jobs+=("kill:base+patched:$s"); done
+    for s in "${scen[@]}"; do jobs+=("kill:$all:$s"); done
   else
-    jobs+=("kill:base+patched:${KILL_SCENARIOS//,/+}")
+    jobs+=("kill:$all:${KILL_SCENARIOS//,/+}")
   fi
 fi
 [ ${#jobs[@]} -gt 0 ] || { log "ERROR: no phase to run (PHASES=$PHASES)"; exit 2; }

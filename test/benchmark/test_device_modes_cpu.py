@@ -131,3 +131,16 @@ def test_bad_phases_and_small_machines_are_refused(tmp_path):
     (tmp_path / "again").mkdir()
     res, runs = modes(tmp_path / "again", 1)
     assert res.returncode == 5 and "every phase needs 2" in res.stdout and not runs
+
+
+
+def test_one_build_a_call(tmp_path):
+    res, runs = modes(tmp_path, 4, addon=True, BUILDS="patched")
+    assert res.returncode == 0, res.stdout + res.stderr
+    jobs = sorted((g, a[0].split("/")[1], tuple(builds(a)),
+                   opt(a, "--scenarios") if "--scenarios" in a else None) for g, a in runs)
+    assert jobs == [("0,1", "e2e.py", ("patched",), None),
+                    ("2,3", "kill_rank.py", ("patched",), "idle,busy")]
+    (tmp_path / "again").mkdir()
+    res, runs = modes(tmp_path / "again", 4, BUILDS="base,upstream")
+    assert res.returncode == 2 and "unknown build upstream" in res.stdout and not runs
