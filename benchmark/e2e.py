@@ -19,7 +19,10 @@ start at once on the one GPU (each with the fixed KV pool
 --max-total-tokens) and are measured in turn at every (repeat, concurrency),
 so a slow spell of the machine hits every build alike.  With --faults each
 server also gets a storm of clients that disconnect, are aborted or complete,
-with greedy checks through it and after an idle pause.  Results merge into
+with greedy checks through it and after an idle pause.  With --mixed-load
+new long prompts prefill on one DP rank while the others decode long
+generations (--dp N --enable-dp-attention --preset qwen3-small: sglang's DP
+attention; benchmark/mixed.py), outputs checked.  Results merge into
 <out-dir>/<yyyy-mm-dd>-<card>.json after every point, so a run stopped by a
 time limit still leaves what it measured.  `report` renders a results file
 as Markdown (benchmark/results/*.md), the index of a results directory, and
@@ -31,7 +34,8 @@ with the current `trace_steps.py`, so a measure added later covers traces
 already taken.
 
 Modules: run.py (the run loop), builds.py (variants, models), bench.py
-(bench_serving points), faults.py (--faults), sweep.py, report.py,
+(bench_serving points), faults.py (--faults), mixed.py (--mixed-load),
+sweep.py, report.py,
 results.py (schema, merge).
 
 A variant is NAME or NAME=SITE: SITE is a directory put first on PYTHONPATH
@@ -42,6 +46,7 @@ site is already patched).  See benchmark/README.md.
 """
 
 import argparse
+import importlib.util
 import json
 import os
 import sys
@@ -80,7 +85,8 @@ def build_parser():
     r.add_argument("--no-apply", action="store_true",
                    help="patched: do not run sglpatch apply")
     r.add_argument("--preset", default="small",
-                   help="tiny | small | llama-8b-shape")
+                   help="tiny | small | llama-8b-shape | qwen3-small (a Qwen3 target: "
+                   "the preset for --enable-dp-attention) | qwen3-tiny")
     r.add_argument("--models-dir", default=None,
                    help="where the model pair is built/reused "
                    "(default: <work-dir>/models-<preset>)")
@@ -116,6 +122,14 @@ def build_parser():
                    "number of steps, EAGLE topk and draft tokens itself (5 / 4 / 8 for a "
                    "Llama target, which turns the overlap schedule off)")
     r.add_argument("--tp", type=int, default=1)
+    r.add_argument("--dp", type=int, default=1,
+                   help="sglang --dp-size: with --enable-dp-attention, DP attention "
+                   "within the --tp GPUs (tp a multiple of dp); without, dp replicas of "
+                   "TP=--tp (tp x dp GPUs)")
+    r.add_argument("--enable-dp-attention", action="store_true",
+                   help="sglang --enable-dp-attention (with --dp > 1 and a model that "
+                   "supports it: --preset qwen3-small; sglang then turns piecewise CUDA "
+                   "graphs off, so pass --piecewise disabled)")
     r.add_argument("--disaggregation-decode", action="store_true",
                    help="serve as a prefill/decode-disaggregated decode server with "
                    "sglang's fake KV transfer (no prefill server)")
@@ -156,6 +170,20 @@ def build_parser():
                    help="max new tokens of each storm request")
     r.add_argument("--fault-deadline-s", type=float, default=180.0,
                    help="the storm's deadline; every storm request times out by then")
+    r.add_argument("--mixed-load", action="store_true",
+                   help="after each server's greedy check: new long prompts, one at a time, "
+                   "pinned to each DP rank in turn (routed_dp_rank), while every rank "
+                   "decodes long generations; outputs checked -> \"mixed_load\" "
+                   "(benchmark/mixed.py)")
+    r.add_argument("--mix-decodes", type=int, default=4,
+                   help="long generations per DP rank in each round")
+    r.add_argument("--mix-decode-tokens", type=int, default=2048,
+                   help="new tokens of each long generation")
+    r.add_argument("--mix-prompts", type=int, default=16,
+                   help="prompts to serve while the other ranks decode")
+    r.add_argument("--mix-prompt-len", type=int, default=1536)
+    r.add_argument("--mix-new-tokens", type=int, default=16)
+    r.add_argument("--mix-deadline-s", type=float, default=90.0)
     r.add_argument("--profile-steps", type=int, default=0,
                    help="after the greedy check, a torch-profiler trace of this many "
                    "decode forwards per server (GPU activity only) -> \"profiles\"")
@@ -236,6 +264,10 @@ def main(argv=None):
         ap.error("--keep-servers needs --side-by-side: servers run one at a time "
                  "otherwise, and a kept one would hold the GPU beside the next")
     if a.cmd == "run":
+        check_dp(a, ap)
+    if a.cmd == "run" and a.mixed_load and a.disaggregation_decode:
+        ap.error("--mixed-load needs prefills: not with --disaggregation-decode")
+    if a.cmd == "run":
         for spec in a.variant or ():
             parse_variant(spec)  # a bad name fails here, before any model is built
         return cmd_run(a)
@@ -245,6 +277,39 @@ def main(argv=None):
         return cmd_report(a, ap)
     return {"merge": cmd_merge, "table": cmd_table, "plot": cmd_plot,
             "reprofile": cmd_reprofile}[a.cmd](a, ap)
+
+
+def check_dp(a, ap):
+    """The DP options make a launch that sglang 0.5.12.post1 accepts and that
+    the records describe as it ran."""
+    if a.dp < 1:
+        ap.error("--dp must be at least 1")
+    if not a.enable_dp_attention:
+        return
+    if a.dp < 2:
+        ap.error("--enable-dp-attention needs --dp 2 or more (sglang turns it off at --dp 1)")
+    if a.tp % a.dp:
+        ap.error(f"--enable-dp-attention: --tp {a.tp} must be a multiple of --dp {a.dp} "
+                 "(the GPUs are tp; each DP rank's attention runs on tp/dp of them)")
+    if True in a.piecewise:
+        ap.error("--enable-dp-attention: sglang turns piecewise CUDA graphs off under DP "
+                 "attention; pass --piecewise disabled so the records say what ran")
+    arch = preset_arch(a.preset)
+    if arch == "llama":
+        ap.error(f"--enable-dp-attention: --preset {a.preset} is a Llama target, whose "
+                 "attention sglang 0.5.12.post1 splits over all TP ranks; use --preset "
+                 "qwen3-small")
+
+
+def preset_arch(preset):
+    """The target architecture of a model preset (benchmark/models/make_models.py),
+    None for a preset it does not know."""
+    spec = importlib.util.spec_from_file_location(
+        "make_models", os.path.join(HERE, "models", "make_models.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)  # imports torch only when it builds
+    p = mod.PRESETS.get(preset)
+    return None if p is None else p.get("arch", "llama")
 
 
 def load(path):

@@ -14,12 +14,16 @@ import re
 import statistics
 
 RUN_KEY = ("variant", "attention_backend", "speculative", "overlap",
-           "piecewise_cuda_graph", "concurrency", "tp", "disaggregation", "spec_params")
+           "piecewise_cuda_graph", "concurrency", "tp", "disaggregation", "spec_params",
+           "dp", "dp_attention")
 GREEDY_KEY = ("variant", "attention_backend", "overlap", "piecewise_cuda_graph", "tp",
-              "disaggregation", "spec_params")
+              "disaggregation", "spec_params", "dp", "dp_attention")
 # key fields that older results files lack, and the value they then mean
-# (spec_params "auto": sglang chose the EAGLE steps, topk and draft tokens)
-KEY_DEFAULTS = {"tp": 1, "rank": 0, "disaggregation": None, "spec_params": None}
+# (spec_params "auto": sglang chose the EAGLE steps, topk and draft tokens;
+# dp: sglang's --dp-size where above 1, dp_attention: True with
+# --enable-dp-attention; absent, a server without data parallelism)
+KEY_DEFAULTS = {"tp": 1, "rank": 0, "disaggregation": None, "spec_params": None,
+                "dp": None, "dp_attention": None}
 VARIANTS = ("base", "patched", "upstream-0.5.13")
 # A site with only the series' first NNNN patches, measured beside the others
 # (device_compare.sh with SIDE_BY_SIDE): a bisection of the series.
@@ -86,7 +90,8 @@ PROFILE_KEY = RUN_KEY + ("with_stack", "rank")
 GREEDY_RUN_KEY = GREEDY_KEY + ("speculative",)
 KEYED = (("runs", RUN_KEY), ("greedy_equivalence", GREEDY_KEY),
          ("greedy_runs", GREEDY_RUN_KEY), ("accept_sweep", SWEEP_KEY),
-         ("profiles", PROFILE_KEY), ("faults", GREEDY_RUN_KEY))
+         ("profiles", PROFILE_KEY), ("faults", GREEDY_RUN_KEY),
+         ("mixed_load", GREEDY_RUN_KEY))
 
 
 def merge(old, new):
@@ -120,7 +125,8 @@ def merge(old, new):
 
 
 # records that belong to one call: pooled calls keep all of them, labelled
-PER_CALL = ("greedy_equivalence", "greedy_runs", "server_starts", "profiles", "faults")
+PER_CALL = ("greedy_equivalence", "greedy_runs", "server_starts", "profiles", "faults",
+            "mixed_load")
 
 
 def pool(old, new, label):
@@ -291,7 +297,7 @@ def equivalence_by_digest(data, new_label=None):
                     "by": "sha256", "sha256": e["sha256"],
                     "calls": [e.get("call"), ref.get("call")],
                     "reference_piecewise_cuda_graph": ref.get("piecewise_cuda_graph"),
-                    **({"disaggregation": e["disaggregation"]} if e.get("disaggregation") else {})})
+                    **{k: e[k] for k in ("disaggregation", "dp", "dp_attention") if e.get(k)}})
     return out
 
 
@@ -361,7 +367,16 @@ def _setting(r):
     ov = "" if r["overlap"] else " no-overlap"
     tp = "" if r.get("tp", 1) == 1 else f" tp{r['tp']}"
     pd = " disagg-decode" if r.get("disaggregation") == "decode" else ""
-    return f"{r['variant']} {r['speculative']} {r['attention_backend']} {pw}{ov}{tp}{pd}"
+    dp = dp_label(r)
+    return f"{r['variant']} {r['speculative']} {r['attention_backend']} {pw}{ov}{tp}{pd}{dp}"
+
+
+def dp_label(r):
+    """The setting's data parallelism in words: dp2-attn (DP attention),
+    dp2 (DP replicas), nothing without DP."""
+    if not r.get("dp"):
+        return ""
+    return f" dp{r['dp']}" + ("-attn" if r.get("dp_attention") else "")
 
 
 def table(data):
@@ -378,6 +393,7 @@ def table(data):
         pw = g.get("piecewise_cuda_graph")
         pw = "" if pw is None else (" pcg" if pw else " no-pcg")
         pw += "" if g.get("tp", 1) == 1 else f" tp{g['tp']}"
+        pw += dp_label(g)
         lines.append(f"greedy {g['variant']} {g['attention_backend']}{pw} overlap={g['overlap']}: "
                      f"{g['mismatched_prompts']}/{g['prompts']} prompts differ")
     for w in data.get("accept_sweep", []):

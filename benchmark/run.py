@@ -16,6 +16,7 @@ import time
 import faults
 import keep
 import greedy
+import mixed
 import profiling
 import results
 import sizing
@@ -44,6 +45,7 @@ class Run:
         self.server_starts = []
         self.profiles = []
         self.faults = []
+        self.mixed = []  # --mixed-load records
         self.errors = []
         self.fmap, self.prompts, self.model_meta = None, [], {}
         self.greedy_debug = {}  # greedy key -> debug-check counts of that server
@@ -124,6 +126,7 @@ class Run:
                 "model": self.model_meta, "commands": self.commands,
                 "server_starts": self.server_starts,
                 "profiles": self.profiles, "faults": self.faults,
+                **({"mixed_load": self.mixed} if self.mixed else {}),
                 "bench": {"input_len": self.a.input_len, "output_len": self.a.output_len,
                           "min_seconds": self.a.min_seconds, "seed": self.a.seed,
                           "dataset": "random-ids", "runner": self.runner.mode,
@@ -144,13 +147,19 @@ class Run:
 
 def deployment_fields(a):
     """The call's deployment shape, part of every record's key: tensor
-    parallel size, "disaggregation" only for a decode-only server, and
-    "spec_params" only when sglang chose the speculative parameters."""
+    parallel size, "disaggregation" only for a decode-only server,
+    "spec_params" only when sglang chose the speculative parameters, "dp"
+    only with data parallelism (--dp above 1) and "dp_attention" only with
+    DP attention."""
     fields = {"tp": a.tp}
     if a.disaggregation_decode:
         fields["disaggregation"] = "decode"
     if a.spec_auto:
         fields["spec_params"] = "auto"
+    if getattr(a, "dp", 1) > 1:
+        fields["dp"] = a.dp
+    if getattr(a, "enable_dp_attention", False):
+        fields["dp_attention"] = True
     return fields
 
 
@@ -335,7 +344,8 @@ def member_command(a, m, target, draft, port):
                           draft_tokens=a.spec_steps + 1,
                           mem_fraction=a.mem_fraction_static,
                           max_total_tokens=a.max_total_tokens,
-                          extra=server_extra_args(a))
+                          extra=server_extra_args(a), dp=getattr(a, "dp", 1),
+                          dp_attention=getattr(a, "enable_dp_attention", False))
 
 
 def member_fingerprint(st, a, m, i, target, draft):
@@ -420,6 +430,9 @@ def serve_group(st, a, group, target, draft, vocab):
             st.log(f"  {m.tag} ready in {m.srv.start_s:.0f}s")
         for m in group:
             greedy_check(st, a, m)
+        if getattr(a, "mixed_load", False):
+            for m in group:
+                mixed_check(st, a, m, vocab)
         if a.faults:
             for m in group:
                 if st.time_left() < a.fault_deadline_s + a.fault_idle_s + 60:
@@ -476,6 +489,47 @@ def truth_counts(m):
     state = m.srv.internal_state()
     return {k: state[k] for k in ("seq_lens_truth_checks", "seq_lens_truth_violations")
             if k in state}
+
+
+def mixed_check(st, a, m, vocab):
+    """--mixed-load: new prompts prefill on one DP rank while the others
+    decode long generations (benchmark/mixed.py), outputs against the chain,
+    then liveness -> one "mixed_load" record."""
+    # its own deadline within the call's, leaving time for its long
+    # generations to end and the results to be written
+    budget = min(a.mix_deadline_s, st.time_left() - 60)
+    if budget < 20:
+        st.log(f"  deadline: no mixed load on {m.tag}")
+        st.errors.append(f"mixed load not run (deadline): {m.tag}")
+        return
+    try:
+        out = mixed.run(m.srv.port, a.dp, vocab, st.fmap, decodes=a.mix_decodes,
+                        decode_tokens=a.mix_decode_tokens, want=a.mix_prompts,
+                        prompt_len=a.mix_prompt_len, new_tokens=a.mix_new_tokens,
+                        deadline_s=budget, log=st.log)
+    except Exception as e:
+        out = {"errors": [f"{type(e).__name__}: {e}"[:300]]}
+    alive, health = m.srv.alive()
+    var, be, ov, spec, pw = m.greedy_key
+    entry = {"variant": var, "attention_backend": be, "speculative": spec, "overlap": ov,
+             "piecewise_cuda_graph": pw, **deployment_fields(a), **out,
+             "alive": alive, "health_status": health, **truth_counts(m)}
+    st.mixed.append(entry)
+    st.log(f"  {m.tag}: mixed load {out.get('prompts')} prompts ({out.get('overlapped')} "
+           f"while the other ranks decoded, per rank {out.get('prompts_per_rank')}), off "
+           f"chain {out.get('prompts_off_chain')}; {out.get('long_generations')} long "
+           f"generations, off chain {out.get('long_off_chain')}; alive {alive}")
+    for e in out.get("errors", []):
+        st.errors.append(f"mixed load {m.tag}: {e}"[:2000])
+    if not alive:
+        st.errors.append(f"mixed load {m.tag}: server not alive after the mixed load")
+    off = (out.get("prompts_off_chain") or 0) + (out.get("long_off_chain") or 0)
+    if off:
+        st.errors.append(f"mixed load {m.tag}: {off} outputs off the constructed chain")
+    if out.get("overlapped", 0) < a.mix_prompts:
+        st.errors.append(f"mixed load {m.tag}: {out.get('overlapped', 0)} of "
+                         f"{a.mix_prompts} prompts served while the other ranks decoded")
+    st.write()
 
 
 def greedy_off_chain(st, a, m, what):

@@ -61,7 +61,8 @@ DEFAULT_BACKEND = "default"
 
 def server_command(python, target, draft, port, attention_backend, speculative,
                    overlap, piecewise, tp=1, spec_steps=3, topk=1, draft_tokens=4,
-                   mem_fraction=None, max_total_tokens=None, extra=()):
+                   mem_fraction=None, max_total_tokens=None, extra=(), dp=1,
+                   dp_attention=False):
     cmd = [python, "-m", "sglang.launch_server", "--model-path", target,
            "--host", "127.0.0.1", "--port", str(port), "--tp", str(tp),
            # "default": no flag, the backend sglang picks (fa3 on Hopper for
@@ -80,6 +81,12 @@ def server_command(python, target, draft, port, attention_backend, speculative,
             cmd += ["--speculative-num-steps", str(spec_steps),
                     "--speculative-eagle-topk", str(topk),
                     "--speculative-num-draft-tokens", str(draft_tokens)]
+    if dp > 1:
+        # data parallelism: with DP attention, dp attention groups within the
+        # --tp GPUs (tp must be a multiple of dp); without, dp replicas of TP=tp
+        cmd += ["--dp-size", str(dp)]
+    if dp_attention:
+        cmd.append("--enable-dp-attention")
     if not overlap:
         cmd.append("--disable-overlap-schedule")
     if not piecewise:

@@ -1,4 +1,4 @@
-"""Synthetic, offline Llama target + EAGLE3 draft pairs for sglang benchmarks.
+"""Synthetic, offline target + EAGLE3 draft pairs for sglang benchmarks.
 
 No download, no training: the weights are *constructed* so that
 
@@ -35,6 +35,14 @@ so only fc, the MLP, the norms and the lm_head matter):
   * For a "bad" token u (probability 1 - draft_accuracy) the row of f(f(u))
     also points at code(u) with 1.4x weight, so the draft is wrong there.
 
+The target is a LlamaForCausalLM, or for the `qwen3-*` presets a dense
+Qwen3ForCausalLM: the same weights plus Qwen3's per-head RMS norms of q and
+k (q_norm, k_norm) set to ones. They rescale the attention scores only; the
+attention's output still enters the residual through the small o_proj, so
+the design above holds unchanged (sglang 0.5.12.post1 serves Qwen3, not
+Llama, with --enable-dp-attention). The draft is the Llama EAGLE3 head for
+either target.
+
 Usage: python benchmark/models/make_models.py --preset small --out DIR
        [--accept-steps K] [--draft-accuracy P] [--device cuda]
 writes DIR/target and DIR/draft (safetensors, config.json, tokenizer).
@@ -56,6 +64,12 @@ PRESETS = {
     # Llama-3.1-8B shape with a 32k-token draft vocab like real EAGLE3 heads
     "llama-8b-shape": dict(hidden=4096, layers=32, heads=32, kv_heads=8,
                            inter=14336, vocab=128256, draft_vocab=32000),
+    # `small`'s shape as a dense Qwen3 target: the DP-attention preset
+    "qwen3-small": dict(hidden=2048, layers=16, heads=16, kv_heads=8, inter=5632,
+                        vocab=32000, draft_vocab=32000, arch="qwen3"),
+    # `tiny`'s shape as a Qwen3 target (CPU checks of the construction)
+    "qwen3-tiny": dict(hidden=512, layers=8, heads=8, kv_heads=4, inter=1024,
+                       vocab=4096, draft_vocab=2048, arch="qwen3"),
 }
 
 PHI = math.pi / 3  # counter angle per draft step: cos(PHI) = 0.5 leaves margin
@@ -162,6 +176,10 @@ def build(preset, out, accept_steps=None, draft_accuracy=1.0, seed=0,
         t[pre + "self_attn.q_proj.weight"] = rand(nh * hd, H, std=std_in)
         t[pre + "self_attn.k_proj.weight"] = rand(nkv * hd, H, std=std_in)
         t[pre + "self_attn.v_proj.weight"] = rand(nkv * hd, H, std=std_in)
+        if p.get("arch") == "qwen3":
+            # per-head RMS norms of q and k: ones leave the design as it is
+            t[pre + "self_attn.q_norm.weight"] = torch.ones(hd, dtype=bf16, device=dev)
+            t[pre + "self_attn.k_norm.weight"] = torch.ones(hd, dtype=bf16, device=dev)
         # small output projections: the residual stays ~ the embedding
         t[pre + "self_attn.o_proj.weight"] = rand(H, nh * hd, std=LAYER_EPS / math.sqrt(nh * hd))
         t[pre + "mlp.gate_proj.weight"] = rand(inter, H, std=std_in)
@@ -253,6 +271,12 @@ def expected_accept_length(k, p, steps):
 
 
 def target_config(p):
+    if p.get("arch") == "qwen3":
+        return qwen3_config(p)
+    return llama_config(p)
+
+
+def llama_config(p):
     return {
         "architectures": ["LlamaForCausalLM"], "model_type": "llama",
         "hidden_size": p["hidden"], "num_hidden_layers": p["layers"],
@@ -266,8 +290,18 @@ def target_config(p):
     }
 
 
+def qwen3_config(p):
+    c = llama_config(p)
+    c.update({"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3",
+              "rope_theta": 1000000.0, "rope_scaling": None,
+              "use_sliding_window": False, "sliding_window": None,
+              "max_window_layers": p["layers"]})
+    del c["mlp_bias"]
+    return c
+
+
 def draft_config(p):
-    c = target_config(p)
+    c = llama_config(p)  # the Llama EAGLE3 head, whatever the target
     c.update({
         "architectures": ["LlamaForCausalLMEagle3"], "num_hidden_layers": 1,
         "draft_vocab_size": p["draft_vocab"],

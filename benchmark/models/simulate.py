@@ -1,6 +1,7 @@
 """CPU reference check of a synthetic model pair (no sglang, no GPU).
 
-Runs the target with transformers (greedy) and replays EAGLE3 chain
+Runs the target (Llama, or Qwen3 for the qwen3-* presets) with
+transformers (greedy) and replays EAGLE3 chain
 speculation (topk 1) with a plain-torch copy of the draft's math, so the
 weight construction of make_models.py can be checked before any device time:
 
