@@ -102,6 +102,9 @@ def setting(r):
         parts.append(f"tp{r['tp']}")
     if r.get("disaggregation"):
         parts.append(f"disagg-{r['disaggregation']}")
+    parts.append(results.dp_label(r).strip())
+    if r.get("spec_params"):
+        parts.append(f"spec-{r['spec_params']}")
     return " ".join(p for p in parts if p)
 
 

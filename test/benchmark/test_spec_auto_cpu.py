@@ -39,3 +39,12 @@ def test_auto_runs_are_kept_apart_from_fixed_ones():
     assert results._key(auto, results.RUN_KEY) != results._key(fixed, results.RUN_KEY)
     a.spec_auto = False
     assert "spec_params" not in run.deployment_fields(a)
+
+
+def test_tables_name_auto_parameters_and_dp_attention():
+    import report
+    r = {"variant": "patched", "speculative": "EAGLE3", "attention_backend": "triton",
+         "piecewise_cuda_graph": True, "tp": 2}
+    assert report.setting(r) == "patched EAGLE3 triton pcg tp2"
+    words = report.setting(dict(r, dp=2, dp_attention=True, spec_params="auto")).split()
+    assert words[-2:] == ["dp2-attn", "spec-auto"]
