@@ -43,7 +43,7 @@ def payload(prompt, new_tokens, rank, stream):
 
 def stream_ids(chunks):
     """The output ids of a streamed /generate from its data events' output_ids
-    lists: sglang 0.5.12.post1 streams the whole output so far in each event
+    lists: sglang 0.5.12.post1 streams the whole output up to that token in each event
     (unless --incremental-streaming-output), other servers only the new ids.
     Whole-so-far when each event's list begins with the one before it."""
     if not chunks:
@@ -142,7 +142,7 @@ def run(port, dp, vocab, fmap, decodes=4, decode_tokens=2048, want=16, prompt_le
            "prompts_off_chain": None, "prompt_errors": 0, "overlapped": 0,
            "prompts_per_rank": {}, "errors": []}
     long_off = prompt_off = 0
-    n = 0  # prompts made so far (each round's prompts are new ones)
+    n = 0  # prompts made in earlier rounds (each round's prompts are new ones)
     while rec["overlapped"] < want and time.time() < deadline:
         rec["rounds"] += 1
         long_prompts = greedy.make_prompts(decodes * len(ranks), vocab,
@@ -192,7 +192,7 @@ def run(port, dp, vocab, fmap, decodes=4, decode_tokens=2048, want=16, prompt_le
                                      f"{g.error or 'did not end'}")
             elif fmap:
                 long_off += off_chain(g.prompt, g.ids, fmap) or int(len(g.ids) != decode_tokens)
-        log(f"  mixed load round {rec['rounds']}: {rec['prompts']} prompts so far, "
+        log(f"  mixed load round {rec['rounds']}: {rec['prompts']} prompts in all, "
             f"{rec['overlapped']} overlapped")
         if not served:  # another round would fare no better
             if len(rec["errors"]) == round_errors:

@@ -191,9 +191,9 @@ def paired_section(data):
         "upstream's.", "upstream 0.5.13")
     out += reference_section(
         data, "patched", lambda v: bool(results.CANDIDATE.match(v)),
-        "Trial patches over the whole series",
-        "Each trial patch's server (the whole series and that patch, "
-        "`benchmark/candidates/`) paired with the whole series' in the same "
+        "Trial patches over the patched build",
+        "Each trial patch's server (the patched build and that patch, "
+        "`benchmark/candidates/`) paired with the patched build's in the same "
         "repeats: below 1.00 the trial patch made decoding faster.", "patched")
     return out
 

@@ -28,8 +28,8 @@ VARIANTS = ("base", "patched", "upstream-0.5.13")
 # A site with only the series' first NNNN patches, measured beside the others
 # (device_compare.sh with SIDE_BY_SIDE): a bisection of the series.
 THROUGH = re.compile(r"patched-through-(\d{4})$")
-# A site with the whole series and then a trial patch that is not in it
-# (benchmark/candidates/NAME.patch), measured beside the whole series.
+# A site with every patch of the series and then a trial patch that is not
+# in it (benchmark/candidates/NAME.patch), measured beside the patched build.
 CANDIDATE = re.compile(r"candidate-([a-z0-9][a-z0-9-]*)$")
 
 

@@ -1,7 +1,7 @@
 """Trial patches (benchmark/candidates/): each still applies on top of the
-whole series, with the device scripts' own `candidate_apply`, and its unit
+series' patches, with the device scripts' own `candidate_apply`, and its unit
 tests pass on the sglang it makes; the harness takes `candidate-NAME` as a
-build of its own, after the whole series. With no trial patch in the
+build of its own, after the series' patches. With no trial patch in the
 directory only the naming is checked here; candidate_apply itself is
 tested on a made-up patch in test_lib_sh_cpu.py."""
 
@@ -39,7 +39,7 @@ def test_a_trial_patch_name_is_a_variant():
         with pytest.raises(SystemExit, match="needs =SITE"):
             builds.parse_variant(name)
     assert not results.is_variant("candidate-")
-    # ordered after the whole series, before upstream
+    # ordered after the patched build, before upstream
     order = sorted(["upstream-0.5.13", "candidate-b", "patched", "candidate-a", "base",
                     "patched-through-0004"], key=results.variant_order)
     assert order == ["base", "patched-through-0004", "patched", "candidate-a", "candidate-b",

@@ -103,11 +103,11 @@ def test_page_pairs_a_trial_patch_with_the_whole_series():
             "runs": [_point("candidate-fa3-skip-host-pull", [1.6, 2.2], [0, 1]),
                      _point("base", [2.0, 2.0], [0, 1]), _point("patched", [2.0, 2.0], [0, 1])]}
     page = report.render(data, "x.json")
-    # a trial patch's rows come after the whole series', before upstream
+    # a trial patch's rows come after the patched build's, before upstream
     latency = page.split("## Decode latency", 1)[1].split("\n## ", 1)[0]
     rows = [x for x in latency.splitlines() if x.startswith("| ")]
     assert [x.split()[1] for x in rows[1:]] == ["base", "patched", "candidate-fa3-skip-host-pull"]
-    section = page.split("### Trial patches over the whole series", 1)[1]
+    section = page.split("### Trial patches over the patched build", 1)[1]
     # candidate / patched per repeat: 0.80 and 1.10; patched is not a row of it
     assert "| TPOT / patched's, per repeat |" in section
     assert "| candidate-fa3-skip-host-pull EAGLE3 triton pcg tp2 | 8 | 0.80 / 1.10 | 0.95 | 1 of 2 " \

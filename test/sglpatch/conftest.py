@@ -82,7 +82,7 @@ def snapshot(root: Path) -> dict:
 
 @pytest.fixture
 def patches_copy(tmp_path) -> Path:
-    """A writable copy of the shipped series, for corrupting."""
+    """A writable copy of the repository's series, for corrupting."""
     dest = tmp_path / "patches"
     shutil.copytree(PATCHES_DIR, dest)
     return dest

@@ -184,7 +184,7 @@ def test_settled_facts():
 
 def test_the_decision_is_the_servers_copy():
     # The series ships sglang.srt.managers.seq_lens_pull; sglpatch's copy is
-    # byte for byte the file the whole series leaves in the package.
+    # byte for byte the file every patch of the series leaves in the package.
     ours = Path(seq_lens_pull.__file__)
     assert load_series().final_hashes().get(SHARED) == sha256_file(ours)
     spec = importlib.util.find_spec("sglang")

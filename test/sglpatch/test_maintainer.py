@@ -1,4 +1,4 @@
-"""worktree -> export reproduces the shipped series byte for byte, and the
+"""worktree -> export reproduces the repository's series byte for byte, and the
 work tree holds the repository's unit tests of the patched sglang."""
 
 import json
