@@ -12,16 +12,7 @@ import sys
 
 import pytest
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-MODELS = os.path.join(REPO, "benchmark", "models")
-NEEDS = ("torch", "transformers", "safetensors", "tokenizers")
-
-
-def _load(name):
-    spec = importlib.util.spec_from_file_location(f"bench_{name}", os.path.join(MODELS, f"{name}.py"))
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+from test_models_cpu import NEEDS, REPO, _load
 
 
 @pytest.fixture(scope="module")
