@@ -1,10 +1,21 @@
 # `make venv`: .venv from scratch (pinned), with the series applied to its sglang.
-# `make test`: every test (builds the venv first when missing or out of date).
+# `make test`: every test (builds the venv first when missing or out of date),
+#   spread over pytest-xdist workers. Most of the slow tests wait on
+#   subprocesses (stand-in servers, sglpatch runs), so more workers than CPUs
+#   pay: TEST_WORKERS=N sets their number, TEST_WORKERS=0 runs in one process.
+# `make test-fast`: the edit loop: the same without the tests marked slow
+#   (end-to-end harness runs against the stand-in server, every prefix of
+#   the series imported).
 VENV := .venv
 READY := $(VENV)/.sglpatch-ready
 SERIES := $(wildcard python/sglpatch/patches/*)
+TEST_WORKERS ?= 4
+# One OpenMP thread per process: workers that each ran torch on every CPU
+# would spin against one another (a 1 s model test took 40 s beside three).
+PYTEST := OMP_NUM_THREADS=1 $(VENV)/bin/python -m pytest test -q -ra \
+          -n $(TEST_WORKERS) --dist worksteal
 
-.PHONY: venv test clean
+.PHONY: venv test test-fast clean
 
 venv: $(READY)
 
@@ -14,7 +25,10 @@ $(READY): scripts/setup_cpu_venv.sh test/requirements-cpu.txt \
 	touch $@
 
 test: $(READY)
-	$(VENV)/bin/python -m pytest test -q -ra
+	$(PYTEST)
+
+test-fast: $(READY)
+	$(PYTEST) -m "not slow"
 
 clean:
 	rm -rf $(VENV)

@@ -113,9 +113,12 @@ def ensure_models(a, log):
 
 
 def load_fmap(models_dir):
+    path = os.path.join(models_dir, "token_map.pt")
+    if not os.path.exists(path):  # no map: no torch import (a second of start-up) either
+        return None
     try:
         import torch
 
-        return torch.load(os.path.join(models_dir, "token_map.pt"))["f"].tolist()
+        return torch.load(path)["f"].tolist()
     except Exception:
         return None

@@ -16,6 +16,7 @@ import re
 import time
 
 import greedy
+import pace
 from server import http_json
 
 LEAD_S = 0.3  # prefill and the first decode steps happen before the window
@@ -23,11 +24,17 @@ TOKENS_PER_STEP_MAX = 4  # EAGLE3 with 3 draft steps: at most 4 tokens a forward
 
 
 def _trace_done(path):
+    """Whether the trace decompresses to its end. An empty file is one
+    whose writer has not flushed its first block yet, not a trace."""
     try:
+        size = 0
         with gzip.open(path, "rb") as fh:
-            while fh.read(1 << 20):
-                pass
-        return True
+            while True:
+                block = fh.read(1 << 20)
+                if not block:
+                    break
+                size += len(block)
+        return size > 0
     except (OSError, EOFError):
         return False  # still being written
 
@@ -46,7 +53,7 @@ def wait_for_traces(out_dir, before, ranks, timeout_s):
         by_rank = {trace_rank(p): p for p in new}
         if len(by_rank) >= ranks and all(_trace_done(p) for p in by_rank.values()):
             return dict(sorted(by_rank.items()))
-        time.sleep(1)
+        time.sleep(pace.poll_s(1))
     raise TimeoutError(f"no complete trace of all {ranks} ranks in {out_dir} after {timeout_s}s")
 
 

@@ -15,6 +15,7 @@ import time
 
 import faults
 import keep
+import pace
 import greedy
 import mixed
 import profiling
@@ -612,13 +613,14 @@ def start_gate(st, a, m):
     --start-together starts them all at once, 3 s apart (no two start-ups
     pick ports in the same instant)."""
     t0 = time.time()
+    spacing = pace.start_spacing_s()
     if a.start_together:
-        time.sleep(3)
+        time.sleep(spacing)
         return
     why = m.srv.wait_for_log(CAPTURE_DONE, start_timeout(st))
     st.log(f"  {m.tag}: {why or 'no capture end'} after {time.time() - t0:.0f}s, "
            "the next server starts")
-    time.sleep(max(0.0, 3 - (time.time() - t0)))
+    time.sleep(max(0.0, spacing - (time.time() - t0)))
 
 
 def start_timeout(st, longest=900, margin=20):

@@ -16,6 +16,8 @@ import time
 import urllib.error
 import urllib.request
 
+import pace
+
 
 def free_port(start=30000):
     for port in range(start, start + 200):
@@ -127,7 +129,7 @@ def stop_group(proc):
     for _ in range(20):
         if not group_alive(pgid):
             break
-        time.sleep(0.5)
+        time.sleep(pace.poll_s(0.5))
     else:
         try:
             os.killpg(pgid, signal.SIGKILL)
@@ -155,7 +157,7 @@ class KeptProcess:
         while self.poll() is None:
             if deadline is not None and time.time() >= deadline:
                 raise subprocess.TimeoutExpired("kept server", timeout)
-            time.sleep(0.2)
+            time.sleep(pace.poll_s(0.2))
         return self.returncode
 
 
@@ -237,7 +239,7 @@ class Server:
                 return "exited"
             if time.time() >= deadline:
                 return None
-            time.sleep(poll_s)
+            time.sleep(pace.poll_s(poll_s))
 
     def adopt(self, pgid, start_s):
         """Take over a server an earlier run launched and kept
@@ -273,7 +275,7 @@ class Server:
                 urllib.request.urlopen(self.url + "/health_generate", timeout=30).read()
                 return
             except (urllib.error.URLError, ConnectionError, socket.timeout, OSError):
-                time.sleep(1)
+                time.sleep(pace.poll_s(1))
         raise TimeoutError(f"server not ready in {self.start_timeout}s; log: {self.log_path}")
 
     def stop(self):

@@ -10,6 +10,7 @@ prompt's last id + 1, + 2, ... (the chain f(t) = t + 1).  Like sglang's
 scheduler, /abort_request aborts every request whose rid starts with the
 given rid, streamed or not; an aborted stream ends with an abort
 finish_reason and [DONE]; /v1/loads answers between two steps.  Environment:
+FAKE_BOOT_S, seconds the start-up takes before anything else (default 0.5);
 FAKE_TOKEN_S, seconds per generated token (all requests step under one
 lock, like one scheduler); FAKE_STALL_S, the whole server stalls that long
 when the first streamed request arrives; FAKE_START_S, seconds before the
@@ -18,14 +19,56 @@ server starts listening; FAKE_CAPTURE_S, then seconds between the log's
 as with --disable-cuda-graph).
 """
 
+import contextlib
+import fcntl
 import json
 import os
 import subprocess
 import sys
+import tempfile
 import textwrap
+import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 E2E = os.path.join(REPO, "benchmark", "e2e.py")
+
+# The harness's waits, shortened for a server that starts in a moment
+# (benchmark/pace.py; unset on the GPU machine): it looks every 50 ms, and
+# side by side the next server starts 0.5 s after the last one's capture;
+# the stand-in's own start-up takes 0.1 s before its other delays.
+FAST_PACE = {"SGLPATCH_BENCH_POLL_S": "0.05", "SGLPATCH_BENCH_START_SPACING_S": "0.5",
+             "FAKE_BOOT_S": "0.1"}
+START_SPACING_S = float(FAST_PACE["SGLPATCH_BENCH_START_SPACING_S"])
+
+# e2e.py picks its servers' ports upward from --port-base: each run gets a
+# block of its own, so runs at the same time (pytest-xdist workers, another
+# checkout's suite) never race for one port. Below 30000: e2e.py's default
+# base, which benchmark/pairs.py's copies use (test_pairs_cpu holds it).
+PORT_LOCKS = os.path.join(tempfile.gettempdir(), "sglpatch-test-ports")
+PORT_BLOCKS = range(20000, 30000, 500)
+
+
+@contextlib.contextmanager
+def port_block(first=None):
+    """The first port of a block of 500: `first`'s (waiting for whoever
+    holds it), or the first block of PORT_BLOCKS that nobody holds. Held
+    with a lock file, across processes, until the with-block ends."""
+    os.makedirs(PORT_LOCKS, mode=0o1777, exist_ok=True)
+    bases = [first] if first is not None else list(PORT_BLOCKS)
+    while True:
+        for base in bases:
+            fd = os.open(os.path.join(PORT_LOCKS, f"{base}.lock"), os.O_RDONLY | os.O_CREAT, 0o666)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | (0 if first is not None else fcntl.LOCK_NB))
+            except BlockingIOError:
+                os.close(fd)
+                continue
+            try:
+                yield base
+            finally:
+                os.close(fd)  # releases the lock
+            return
+        time.sleep(0.2)  # every block held: wait for one
 
 LAUNCH_SERVER = textwrap.dedent('''
     import gzip, http.server, json, os, sys, threading, time
@@ -181,7 +224,7 @@ LAUNCH_SERVER = textwrap.dedent('''
             with gzip.open(os.path.join(req["output_dir"], name), "wt") as fh:
                 json.dump({"traceEvents": ev}, fh)
 
-    time.sleep(0.5)  # a start-up that takes a moment
+    time.sleep(float(os.environ.get("FAKE_BOOT_S") or 0.5))  # a start-up that takes a moment
     if os.environ.get("FAKE_SGLPATCH_LINE"):  # a patched scheduler's start-up line
         print("[2026-11-26 10:00:00 TP0] sglpatch: patches 0001-0008 applied by sglpatch "
               "0.2.0; per-step seq_lens host pull off: every attention backend of the "
@@ -253,15 +296,18 @@ def run_e2e(tmp_path, *extra, env=None, token_map=False,
     journal's events and the results file."""
     site = make_site(tmp_path, token_map=token_map)
     journal = tmp_path / "journal.jsonl"
-    env = dict(os.environ, FAKE_JOURNAL=str(journal), PYTHONPATH=site, **(env or {}))
+    env = dict(os.environ, FAKE_JOURNAL=str(journal), PYTHONPATH=site, **FAST_PACE, **(env or {}))
     out = tmp_path / "out"
-    cmd = [sys.executable, E2E, "run", *[x for v in variants for x in ("--variant", f"{v}={site}")],
-           "--preset", "tiny",
-           "--speculative", "EAGLE3", "--piecewise", "default",
-           "--concurrency", "1,4", "--repeats", "2", "--min-seconds", "0.5",
-           "--greedy-prompts", "3", "--greedy-new-tokens", "4", "--card", "FAKE",
-           "--work-dir", str(tmp_path / "work"), "--out-dir", str(out), *extra]
-    res = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    with port_block() as port_base:
+        cmd = [sys.executable, E2E, "run",
+               *[x for v in variants for x in ("--variant", f"{v}={site}")],
+               "--preset", "tiny",
+               "--speculative", "EAGLE3", "--piecewise", "default",
+               "--concurrency", "1,4", "--repeats", "2", "--min-seconds", "0.5",
+               "--greedy-prompts", "3", "--greedy-new-tokens", "4", "--card", "FAKE",
+               "--port-base", str(port_base),
+               "--work-dir", str(tmp_path / "work"), "--out-dir", str(out), *extra]
+        res = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     events = [json.loads(x) for x in journal.read_text().splitlines()]
     (path,) = [p for p in out.iterdir() if p.suffix == ".json"]

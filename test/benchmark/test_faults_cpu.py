@@ -33,6 +33,7 @@ def _seen(events, port, what):
             if e["port"] == port and isinstance(e["event"], dict) and what in e["event"]]
 
 
+@pytest.mark.slow
 def test_fault_storm_counts_match_what_the_server_saw(tmp_path):
     events, data = run_e2e(tmp_path, *FAULTS, env={"FAKE_TOKEN_S": "0.01"}, token_map=True)
     assert not data.get("errors")
@@ -59,6 +60,7 @@ def test_fault_storm_counts_match_what_the_server_saw(tmp_path):
     assert recs[0]["variant"] != recs[1]["variant"]
 
 
+@pytest.mark.slow
 def test_fault_record_carries_the_truth_counts_of_the_whole_check(tmp_path):
     # a server that keeps truth-check counts (patched, switch on): the fault
     # record holds them as read after the storm and the idle pause, so they
@@ -71,6 +73,7 @@ def test_fault_record_carries_the_truth_counts_of_the_whole_check(tmp_path):
         assert f["seq_lens_truth_checks"] > greedy_checks[f["variant"]] > 0
 
 
+@pytest.mark.slow
 def test_a_stalled_server_shows_in_silence_and_first_byte(tmp_path):
     # and a disaggregated decode server: every storm request carries the fake
     # transfer's bootstrap host, the greedy prompts are checked on their own chain

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from standin_sglang import E2E, make_site
+from standin_sglang import E2E, FAST_PACE, make_site, port_block
 
 sys.path.insert(0, os.path.dirname(E2E))
 import keep  # noqa: E402
@@ -21,7 +21,8 @@ def _run(tmp_path, *extra, kv="12345", check=True):
     site = str(tmp_path / "site")
     if not os.path.isdir(site):
         site = make_site(tmp_path)  # once: a site made anew is another server
-    env = dict(os.environ, FAKE_JOURNAL=str(tmp_path / "journal.jsonl"), PYTHONPATH=site)
+    env = dict(os.environ, FAKE_JOURNAL=str(tmp_path / "journal.jsonl"), PYTHONPATH=site,
+               **FAST_PACE)
     out = tmp_path / "out"
     if out.exists():
         for p in out.iterdir():
@@ -32,7 +33,7 @@ def _run(tmp_path, *extra, kv="12345", check=True):
            "--repeats", "1", "--min-seconds", "0.5", "--greedy-prompts", "2",
            "--greedy-new-tokens", "4", "--card", "FAKE", "--side-by-side",
            "--max-total-tokens", kv, "--work-dir", str(tmp_path / "work"),
-           "--out-dir", str(out), *extra]
+           "--out-dir", str(out), "--port-base", (tmp_path / "port-base").read_text(), *extra]
     res = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     if check:
         assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
@@ -50,12 +51,17 @@ def _results(tmp_path):
 
 @pytest.fixture
 def work(tmp_path):
-    yield tmp_path
-    # never leave a stand-in server behind
-    for r in keep.load(str(tmp_path / "work")):
-        keep.stop(r["pgid"])
+    # one block of ports for the test's runs: the kept servers hold theirs
+    # from one run to the next
+    with port_block() as port_base:
+        (tmp_path / "port-base").write_text(str(port_base))
+        yield tmp_path
+        # never leave a stand-in server behind
+        for r in keep.load(str(tmp_path / "work")):
+            keep.stop(r["pgid"])
 
 
+@pytest.mark.slow
 def test_a_kept_server_is_measured_again_without_a_start(work):
     _run(work, "--keep-servers")
     kept = keep.load(str(work / "work"))
@@ -76,6 +82,7 @@ def test_a_kept_server_is_measured_again_without_a_start(work):
     assert keep.load(str(work / "work")) == kept  # kept again for the next run
 
 
+@pytest.mark.slow
 def test_a_run_with_another_launch_stops_the_kept_servers_first(work):
     _run(work, "--keep-servers")
     old = keep.load(str(work / "work"))
@@ -91,6 +98,7 @@ def test_a_run_with_another_launch_stops_the_kept_servers_first(work):
     assert all("reused" not in s for s in _results(work)["server_starts"])
 
 
+@pytest.mark.slow
 def test_a_run_without_the_switch_leaves_nothing_running(work):
     _run(work, "--keep-servers")
     old = keep.load(str(work / "work"))

@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 import pytest
-from standin_sglang import REPO, make_site
+from standin_sglang import FAST_PACE, REPO, make_site, port_block
 
 sys.path.insert(0, os.path.join(REPO, "benchmark"))
 import pairs  # noqa: E402
@@ -67,6 +67,7 @@ def test_plan_gives_each_copy_its_own_gpus_cpus_ports_and_dirs():
     assert pairs.plan(2, 2, cores, [], have_taskset=False)[0][2] == []
 
 
+@pytest.mark.slow
 def test_two_copies_run_at_once_and_pool(tmp_path):
     site = make_site(tmp_path)
     # each copy finds the prebuilt stand-in models in its own work dir
@@ -75,7 +76,7 @@ def test_two_copies_run_at_once_and_pool(tmp_path):
         subprocess.run(["cp", "-a", str(tmp_path / "work" / "models-tiny"),
                         str(tmp_path / "work" / f"pair{i}" / "models-tiny")], check=True)
     journal = tmp_path / "journal.jsonl"
-    env = dict(os.environ, FAKE_JOURNAL=str(journal), PYTHONPATH=site)
+    env = dict(os.environ, FAKE_JOURNAL=str(journal), PYTHONPATH=site, **FAST_PACE)
     out = tmp_path / "out"
     cmd = [sys.executable, PAIRS, "--pairs", "2", "--gpus", "2", "--no-pin", "--",
            "--variant", f"base={site}", "--variant", f"patched={site}", "--no-apply",
@@ -84,7 +85,9 @@ def test_two_copies_run_at_once_and_pool(tmp_path):
            "--greedy-prompts", "3", "--greedy-new-tokens", "4", "--card", "FAKE",
            "--side-by-side", "--max-total-tokens", "1000",
            "--work-dir", str(tmp_path / "work"), "--out-dir", str(out)]
-    res = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    # the copies' ports: 30000 and 31000 up (pairs.PORT_STRIDE), held from other runs
+    with port_block(30000), port_block(31000):
+        res = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     assert "[pair0]" in res.stdout and "[pair1]" in res.stdout
 

@@ -10,17 +10,23 @@ import time
 
 import pytest
 
-from standin_sglang import E2E, make_site
+from standin_sglang import E2E, make_site, port_block
 
 sys.path.insert(0, os.path.dirname(E2E))
 from server import Server, free_port  # noqa: E402
 
 
-def _server(tmp_path, start_timeout=60, **fake_env):
+@pytest.fixture
+def port_base():
+    with port_block() as base:
+        yield base
+
+
+def _server(tmp_path, port_base, start_timeout=60, **fake_env):
     site = make_site(tmp_path)
     env = dict(os.environ, FAKE_JOURNAL=str(tmp_path / "journal.jsonl"), PYTHONPATH=site,
                FAKE_NO_CAPTURE="1", **fake_env)
-    cmd = [sys.executable, "-m", "sglang.launch_server", "--port", str(free_port(31000))]
+    cmd = [sys.executable, "-m", "sglang.launch_server", "--port", str(free_port(port_base))]
     return Server(cmd, env, str(tmp_path / "server.log"), start_timeout=start_timeout)
 
 
@@ -30,8 +36,9 @@ def _up_at(tmp_path):
     return up
 
 
-def test_start_counts_until_the_server_served_not_until_wait_ready(tmp_path):
-    srv = _server(tmp_path)
+@pytest.mark.slow
+def test_start_counts_until_the_server_served_not_until_wait_ready(tmp_path, port_base):
+    srv = _server(tmp_path, port_base)
     launched = time.time()
     srv.launch()
     try:
@@ -45,9 +52,10 @@ def test_start_counts_until_the_server_served_not_until_wait_ready(tmp_path):
         srv.__exit__()
 
 
-def test_the_start_timeout_counts_from_the_launch(tmp_path):
+@pytest.mark.slow
+def test_the_start_timeout_counts_from_the_launch(tmp_path, port_base):
     # a start-up that hangs; the caller comes to wait_ready() after its timeout
-    srv = _server(tmp_path, start_timeout=3, FAKE_START_S="60")
+    srv = _server(tmp_path, port_base, start_timeout=3, FAKE_START_S="60")
     srv.launch()
     try:
         time.sleep(4)

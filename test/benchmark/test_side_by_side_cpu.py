@@ -9,12 +9,15 @@ import os
 import subprocess
 import sys
 
-from standin_sglang import E2E, run_e2e as _run
+import pytest
+
+from standin_sglang import E2E, FAST_PACE, START_SPACING_S, run_e2e as _run
 
 sys.path.insert(0, os.path.join(os.path.dirname(E2E)))
 import results  # noqa: E402
 
 
+@pytest.mark.slow
 def test_side_by_side_servers_overlap_and_repeats_interleave(tmp_path):
     events, data = _run(tmp_path, "--side-by-side", "--max-total-tokens", "12345")
     ups = [e for e in events if e["event"] == "up"]
@@ -64,33 +67,42 @@ def _captures(events):
     return {p: (x["capture_begin"], x["capture_end"]) for p, x in out.items()}
 
 
+# a capture several times longer than the spacing of two side-by-side starts
+CAPTURE_S = 4 * START_SPACING_S
+
+
+@pytest.mark.slow
 def test_side_by_side_servers_capture_one_after_another(tmp_path):
-    # each capture takes 4 s: started 3 s apart they would overlap
+    # each capture takes CAPTURE_S: started START_SPACING_S apart they would overlap
     events, data = _run(tmp_path, "--side-by-side", "--max-total-tokens", "12345",
-                        env={"FAKE_CAPTURE_S": "4"})
+                        env={"FAKE_CAPTURE_S": str(CAPTURE_S)})
     (a_begin, a_end), (b_begin, b_end) = sorted(_captures(events).values())
     assert a_end <= b_begin
     assert data["bench"]["start"] == "after capture"
 
 
+@pytest.mark.slow
 def test_side_by_side_start_together_overlaps_the_captures(tmp_path):
     events, data = _run(tmp_path, "--side-by-side", "--max-total-tokens", "12345",
-                        "--start-together", env={"FAKE_CAPTURE_S": "4"})
+                        "--start-together", env={"FAKE_CAPTURE_S": str(CAPTURE_S)})
     (a_begin, a_end), (b_begin, b_end) = sorted(_captures(events).values())
     assert b_begin < a_end
     assert data["bench"]["start"] == "together"
 
 
+@pytest.mark.slow
 def test_a_server_without_cuda_graphs_gates_the_next_once_it_serves(tmp_path):
+    start_s = 4 * START_SPACING_S  # a start-up longer than the spacing of two starts
     events, data = _run(tmp_path, "--side-by-side", "--max-total-tokens", "12345",
-                        env={"FAKE_NO_CAPTURE": "1", "FAKE_START_S": "4"})
+                        env={"FAKE_NO_CAPTURE": "1", "FAKE_START_S": str(start_s)})
     assert not _captures(events)
     # no capture line: the gate is the server serving, so the second launched
-    # after the first came up (its own start then takes 4 s more)
+    # after the first came up (its own start then takes start_s more)
     ups = sorted(e["t"] for e in events if e["event"] == "up")
-    assert ups[1] - ups[0] >= 4
+    assert ups[1] - ups[0] >= start_s
 
 
+@pytest.mark.slow
 def test_default_runs_one_server_at_a_time(tmp_path):
     events, data = _run(tmp_path)
     life = [e for e in events if e["event"] in ("up", "down")]
@@ -110,6 +122,7 @@ def test_side_by_side_needs_a_fixed_kv_pool(tmp_path):
     assert res.returncode == 2 and "--max-total-tokens" in res.stderr
 
 
+@pytest.mark.slow
 def test_profiles_of_each_server_plain_then_with_stack(tmp_path):
     events, data = _run(tmp_path, "--side-by-side", "--max-total-tokens", "1", "--no-bench",
                         "--profile-steps", "6", "--profile-stack-steps", "2")
@@ -136,6 +149,7 @@ def test_profiles_of_each_server_plain_then_with_stack(tmp_path):
         profiles[("upstream-0.5.13", False)]["gpu_busy_us_per_step"]
 
 
+@pytest.mark.slow
 def test_profiles_of_every_tensor_parallel_rank(tmp_path):
     _, data = _run(tmp_path, "--side-by-side", "--max-total-tokens", "1", "--no-bench",
                    "--profile-steps", "4", "--tp", "2")
@@ -150,6 +164,7 @@ def test_profiles_of_every_tensor_parallel_rank(tmp_path):
     assert all(g["tp"] == 2 for g in data["greedy_runs"])
 
 
+@pytest.mark.slow
 def test_disaggregated_decode_servers_use_the_fake_transfer(tmp_path):
     events, data = _run(tmp_path, "--no-bench", "--disaggregation-decode")
     for e in [e for e in events if e["event"] == "up"]:
@@ -163,6 +178,7 @@ def test_disaggregated_decode_servers_use_the_fake_transfer(tmp_path):
     assert hosts and set(hosts) == {"2.2.2.2"}  # the fake transfer's marker
 
 
+@pytest.mark.slow
 def test_server_starts_record_the_series_start_line(tmp_path):
     # a patched scheduler says at start which patches are in and whether the
     # per-step seq_lens host pull is on: the results keep it per server
@@ -177,6 +193,7 @@ def test_server_starts_record_the_series_start_line(tmp_path):
     assert all("sglpatch_line" not in s for s in plain["server_starts"])
 
 
+@pytest.mark.slow
 def test_default_backend_launches_without_the_flag(tmp_path):
     # what users run: no --attention-backend, sglang picks; the records keep
     # "default" as the backend's name
@@ -187,6 +204,7 @@ def test_default_backend_launches_without_the_flag(tmp_path):
     assert sorted({r["attention_backend"] for r in data["runs"]}) == ["default", "triton"]
 
 
+@pytest.mark.slow
 def test_a_partial_series_is_one_more_server_of_the_comparison(tmp_path):
     """Bisecting the series: base, patched-through-0004 and upstream side by
     side, each under its own name in the results and ordered by build."""
@@ -216,6 +234,7 @@ def test_a_partial_series_needs_its_site_and_a_four_digit_count(tmp_path):
         assert res.returncode != 0 and msg in res.stderr + res.stdout, res.stderr
 
 
+@pytest.mark.slow
 def test_a_start_up_that_outlives_the_deadline_is_given_up_in_time(tmp_path):
     """A device call is killed at its limit with nothing returned: servers
     that never become ready must fail before --deadline-s, leaving the
@@ -223,24 +242,27 @@ def test_a_start_up_that_outlives_the_deadline_is_given_up_in_time(tmp_path):
     import json
     import time
 
-    from standin_sglang import make_site
+    from standin_sglang import make_site, port_block
 
     site = make_site(tmp_path)
     out = tmp_path / "out"
     env = dict(os.environ, FAKE_JOURNAL=str(tmp_path / "j.jsonl"), FAKE_START_S="300",
-               PYTHONPATH=site)
-    t0 = time.time()
-    res = subprocess.run([sys.executable, E2E, "run", "--variant", f"base={site}",
-                          "--preset", "tiny", "--speculative", "none", "--piecewise", "default",
-                          "--concurrency", "1", "--card", "FAKE", "--deadline-s", "70",
-                          "--work-dir", str(tmp_path / "work"), "--out-dir", str(out)],
-                         env=env, capture_output=True, text=True, timeout=110)
-    assert time.time() - t0 < 70, res.stdout[-2000:]
+               PYTHONPATH=site, **FAST_PACE)
+    with port_block() as port_base:  # no other run's server answers on its port
+        t0 = time.time()
+        res = subprocess.run([sys.executable, E2E, "run", "--variant", f"base={site}",
+                              "--preset", "tiny", "--speculative", "none",
+                              "--piecewise", "default", "--concurrency", "1", "--card", "FAKE",
+                              "--deadline-s", "70", "--port-base", str(port_base),
+                              "--work-dir", str(tmp_path / "work"), "--out-dir", str(out)],
+                             env=env, capture_output=True, text=True, timeout=110)
+        assert time.time() - t0 < 70, res.stdout[-2000:]
     (path,) = [p for p in out.iterdir() if p.suffix == ".json"]
     errors = json.loads(path.read_text())["errors"]
     assert any("not ready" in e for e in errors), errors
 
 
+@pytest.mark.slow
 def test_servers_keep_compiled_kernels_under_the_work_dir(tmp_path):
     """flashinfer's, Triton's and sglang's JIT (tvm-ffi) kernel caches go
     under the run's work dir (in /tmp on the GPU machine, which a warm
@@ -282,6 +304,7 @@ def test_pin_sets_give_whole_cores_and_the_client_one():
     assert run.pin_sets(None, 1) is None  # topology unreadable
 
 
+@pytest.mark.slow
 def test_pinned_server_and_client_run_on_their_own_cpus(tmp_path):
     allowed = sorted(os.sched_getaffinity(0))
     if len(allowed) < 2:
@@ -298,6 +321,7 @@ def test_pinned_server_and_client_run_on_their_own_cpus(tmp_path):
     assert [s["cpus"] for s in data["server_starts"]] == [str(allowed[0])] * len(ups)
 
 
+@pytest.mark.slow
 def test_too_few_cores_to_pin_runs_unpinned_and_says_so(tmp_path):
     allowed = sorted(os.sched_getaffinity(0))
     # one core (two siblings) cannot hold two side-by-side servers and the client

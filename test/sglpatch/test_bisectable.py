@@ -1,8 +1,11 @@
 """Every prefix of the series leaves sglang importable (a bisectable series).
 
-For k = 1..N: a full pristine sglang from the wheel, patches 1..k applied
+For k = 1..N: patches 1..k applied to a full pristine sglang from the wheel
 with `sglpatch apply --through`, then the modules the series touches are imported in a fresh
 interpreter (with sglang's own sgl_kernel stub, as the unit tests do).
+The wheel is unpacked once (per pytest-xdist worker): `apply --through k`
+continues from the prefix the last test left, so each patch is applied
+once and the bytecode of the modules no patch touched is compiled once.
 """
 
 import json
@@ -10,6 +13,7 @@ import shutil
 import subprocess
 import sys
 import zipfile
+from pathlib import Path
 
 import pytest
 
@@ -45,20 +49,33 @@ _IMPORT_ALL = (
 )
 SERIES = read_series_names(PATCHES_DIR)
 
+pytestmark = pytest.mark.slow  # sglang imported once for every prefix
+
+
+class SeriesSite:
+    """The one full pristine sglang of this module's tests, and how many
+    patches of the series it holds (None: not unpacked yet, or a step failed
+    half way and the copy is unpacked again)."""
+
+    def __init__(self, root: Path, wheel: Path):
+        self.site, self.wheel, self.applied = root / "site", wheel, None
+
+    def unpack(self):
+        shutil.rmtree(self.site, ignore_errors=True)
+        with zipfile.ZipFile(self.wheel) as zf:
+            zf.extractall(self.site, [n for n in zf.namelist() if n.startswith("sglang/")])
+        self.applied = 0
+
 
 @pytest.fixture(scope="module")
-def full_pristine(tmp_path_factory, wheel_path):
-    root = tmp_path_factory.mktemp("pristine")
-    with zipfile.ZipFile(wheel_path) as zf:
-        zf.extractall(root, [n for n in zf.namelist() if n.startswith("sglang/")])
-    return root
+def series_site(tmp_path_factory, wheel_path):
+    return SeriesSite(tmp_path_factory.mktemp("bisect"), wheel_path)
 
 
 @pytest.mark.parametrize("count", range(1, len(SERIES) + 1),
                          ids=[name.split("-", 1)[0] for name in SERIES])
-def test_prefix_of_series_imports(tmp_path, full_pristine, count):
-    site = tmp_path / "site"
-    shutil.copytree(full_pristine, site)
+def test_prefix_of_series_imports(tmp_path, series_site, count):
+    site = series_site.site
     number = SERIES[count - 1].split("-", 1)[0]
 
     def sglpatch(*args):
@@ -68,11 +85,17 @@ def test_prefix_of_series_imports(tmp_path, full_pristine, count):
         assert result.returncode == 0, result.stderr
         return result.stdout
 
+    if series_site.applied is None:
+        series_site.unpack()
+    applied, series_site.applied = series_site.applied, None  # known again once through
+    if applied > count:  # a later prefix ran first here (tests spread over workers)
+        sglpatch("revert")
     sglpatch("apply", "--through", number)
     report = json.loads(sglpatch("status", "--json"))
     assert [p["status"] for p in report["patches"]] == (
         ["applied"] * count + ["not applied"] * (len(SERIES) - count))
     assert report["applied_through"] == SERIES[count - 1]
+    series_site.applied = count
 
     result = subprocess.run(
         [sys.executable, "-W", "ignore", "-c", _IMPORT_ALL, *MODULES],
