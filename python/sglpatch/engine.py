@@ -611,12 +611,19 @@ def _state_report(s: Survey, prefix: Optional[int]) -> Optional[dict]:
         return report
     hashes = {rel: sha256_file(s.pkg.root / rel) for rel in state.files}
     changed = [rel for rel, h in state.files.items() if h.get("before") != h.get("after")]
-    if changed and all(hashes[rel] == state.files[rel].get("before") for rel in changed):
+    # sglang's own files, and those the series created (absent when pristine,
+    # unknown to sglang: a reinstall that keeps unknown files leaves them)
+    shipped = [rel for rel in changed if state.files[rel].get("before") is not None]
+    left = sorted(rel for rel in changed
+                  if state.files[rel].get("before") is None and hashes[rel] is not None)
+    if shipped and all(hashes[rel] == state.files[rel].get("before") for rel in shipped):
         report["problem"] = (
             f"the state file is stale: it says {len(state.applied)} patches are "
-            f"applied, but every file it lists is pristine (sglang was reinstalled "
-            f"after sglpatch patched it?); `sglpatch revert` removes it, "
-            f"`sglpatch apply` applies the series again"
+            f"applied, but every sglang file it lists is pristine (sglang was "
+            f"reinstalled after sglpatch patched it?)"
+            + (f" and only the files the series created are left ({', '.join(left)})"
+               if left else "")
+            + "; `sglpatch revert` removes it, `sglpatch apply` applies the series again"
         )
     elif prefix is not None and state.applied_names != [
         p.name for p in s.series.patches[:prefix]

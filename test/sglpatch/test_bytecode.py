@@ -27,7 +27,9 @@ def _bytecode(root: Path, rel: str) -> Path:
 
 
 def test_apply_and_revert_remove_the_touched_modules_bytecode(installed):
-    touched = [rel for rel in load_series().touched_files() if rel.endswith(".py")]
+    # the modules sglang ships that the series changes (not those it creates)
+    touched = [rel for rel in load_series().touched_files()
+               if rel.endswith(".py") and (installed / rel).is_file()]
     _compile_all(installed)
     assert all(_bytecode(installed, rel).is_file() for rel in touched)
     bystander = _bytecode(installed, BYSTANDER).read_bytes()

@@ -14,7 +14,7 @@ import pytest
 from conftest import sglpatch_cli, snapshot
 
 from sglpatch import engine
-from sglpatch.series import SERIES_FILE, read_series_names
+from sglpatch.series import SERIES_FILE, load_series, read_series_names
 
 # sglpatch's files in the package, as documented (README).
 STATE_FILE = ".sglpatch-state.json"
@@ -63,10 +63,23 @@ def test_status_explains_a_stale_state_file(installed, tmp_path):
 
     report = json.loads(sglpatch_cli("status", "--json", "--sglang-dir",
                                      str(installed)).stdout)
-    assert {p["status"] for p in report["patches"]} == {"not applied"}
+    # A file the series created is unknown to sglang's files and stays
+    # behind: the patches that write it read as partly applied, every other
+    # one as not applied.
+    patches = load_series().patches
+    created = {c.path for p in patches for c in p.changes if c.before is None}
+    writing = {p.name for p in patches if created & set(p.files)}
+    assert writing
+    for patch in report["patches"]:
+        want = "partly applied" if patch["name"] in writing else "not applied"
+        assert patch["status"] == want, patch["name"]
     assert "stale" in report["state"]["problem"]
+    assert all(path in report["state"]["problem"] for path in created)
     text = sglpatch_cli("status", "--sglang-dir", str(installed)).stdout
     assert "stale" in text and "reinstalled" in text
+    # revert takes the package back to pristine, the files the series created too
+    assert sglpatch_cli("revert", "--sglang-dir", str(installed)).returncode == 0
+    assert snapshot(installed) == snapshot(pristine)
 
     reverted = sglpatch_cli("revert", "--sglang-dir", str(installed))
     assert reverted.returncode == 0, reverted.stderr
