@@ -88,8 +88,11 @@ def test_a_stalled_server_shows_in_silence_and_first_byte(tmp_path):
     stalls = collections.Counter(e["port"] for e in events if e["event"] == "stall")
     assert list(stalls.values()) == [1]  # once, at the storm's first stream
     for f in data["faults"]:
-        assert f["max_silence_s"] >= 1.5 and f["max_ttfb_s"] >= 1.5
-        assert f["max_output_gap_s"] >= 1.4  # nothing reached any client
+        # the 1.5 s stall starts with the storm's first stream; a request sent
+        # a moment later waits that much less of it (a tenth covers a loaded
+        # machine; an unstalled first byte takes hundredths)
+        assert f["max_silence_s"] >= 1.35 and f["max_ttfb_s"] >= 1.35
+        assert f["max_output_gap_s"] >= 1.35  # nothing reached any client
         assert f["output_gap_window_s"][0] < 0.5  # from the storm's start
         assert f["loads_max_answer_s"] >= 0.3  # the scheduler answered late, between steps
         assert f["median_ttfb_s"] >= 1.0  # not one slow request: all waited
