@@ -177,6 +177,18 @@ class TestFutureMapFlag(CustomTestCase):
         self.assertEqual(batch.seq_lens_sum, 20)
 
 
+def _eagle_v2_worker(target, draft, extend):
+    """An EAGLEWorkerV2 holding only the three backends of its decode step."""
+    worker = object.__new__(EAGLEWorkerV2)
+    worker._target_worker = SimpleNamespace(
+        model_runner=SimpleNamespace(attn_backend=target)
+    )
+    worker._draft_worker = SimpleNamespace(
+        draft_attn_backend=draft, draft_extend_attn_backend=extend
+    )
+    return worker
+
+
 class TestSchedulerWiring(CustomTestCase):
     def _scheduler(self, spec, draft_worker=None, target_backend=None):
         sched = object.__new__(Scheduler)
@@ -187,14 +199,8 @@ class TestSchedulerWiring(CustomTestCase):
         return sched
 
     def test_eagle_v2_worker_lists_target_draft_and_extend(self):
-        worker = object.__new__(EAGLEWorkerV2)
         t, d, e = _triton(), _triton_draft(), _triton()
-        worker._target_worker = SimpleNamespace(
-            model_runner=SimpleNamespace(attn_backend=t)
-        )
-        worker._draft_worker = SimpleNamespace(
-            draft_attn_backend=d, draft_extend_attn_backend=e
-        )
+        worker = _eagle_v2_worker(t, d, e)
         self.assertEqual(worker.spec_v2_attn_backends, (t, d, e))
         sched = self._scheduler(SpeculativeAlgorithm.EAGLE3, worker)
         backends = sched._overlap_attn_backends()
@@ -222,13 +228,7 @@ class TestSchedulerWiring(CustomTestCase):
     def test_dp_attention_keeps_the_pull(self):
         # Its eager forwards are padded from the host lengths
         # (prepare_mlp_sync_batch), a path not yet run on a GPU without them.
-        worker = object.__new__(EAGLEWorkerV2)
-        worker._target_worker = SimpleNamespace(
-            model_runner=SimpleNamespace(attn_backend=_triton())
-        )
-        worker._draft_worker = SimpleNamespace(
-            draft_attn_backend=_triton_draft(), draft_extend_attn_backend=_triton()
-        )
+        worker = _eagle_v2_worker(_triton(), _triton_draft(), _triton())
         sched = self._scheduler(SpeculativeAlgorithm.EAGLE3, worker)
         backends = sched._overlap_attn_backends()
         self.assertFalse(decide_needs_cpu_seq_lens(_args(), backends))
@@ -240,13 +240,7 @@ class TestSchedulerWiring(CustomTestCase):
         self.assertEqual(sched._overlap_attn_backends(), [t])
 
     def test_init_overlap_passes_the_decision(self):
-        worker = object.__new__(EAGLEWorkerV2)
-        worker._target_worker = SimpleNamespace(
-            model_runner=SimpleNamespace(attn_backend=_triton())
-        )
-        worker._draft_worker = SimpleNamespace(
-            draft_attn_backend=_triton_draft(), draft_extend_attn_backend=_triton()
-        )
+        worker = _eagle_v2_worker(_triton(), _triton_draft(), _triton())
         sched = self._scheduler(SpeculativeAlgorithm.EAGLE3, worker)
         sched.device = "cpu"
         sched.forward_stream = None
