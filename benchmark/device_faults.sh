@@ -1,13 +1,18 @@
 #!/bin/bash
 # One device call: the load/fault mode (e2e run --faults) of every deployment
-# shape at once, base and patched side by side in each, on a 4-GPU machine:
-#   GPU 0      aggregated, TP=1
-#   GPU 1      disaggregated decode (fake transfer), TP=1
-#   GPUs 2,3   aggregated, TP=2
-# Each shape is its own e2e run (own ports, work dir and results file); they
-# share nothing but the host. These runs check correctness under load (chain,
-# liveness, retractions, aborts), not speed, so running them together is fine.
-# usage: OUT=dir benchmark/device_faults.sh KIT BUDGET_S [e2e run options for every shape]
+# shape, base and patched side by side in each:
+#   tp1      aggregated, TP=1 (one GPU)
+#   disagg   disaggregated decode (fake transfer), TP=1 (one GPU)
+#   tp2      aggregated, TP=2 (two GPUs)
+# On 4 GPUs all at once (GPU 0, GPU 1, GPUs 2,3); on 2 GPUs tp1 and disagg at
+# once, then tp2, the first wave with half the call's time. SHAPES picks some
+# (e.g. SHAPES=tp2). Each shape is its own e2e run (own ports, work dir and
+# results file); they share nothing but the host. These runs check
+# correctness under load (chain, liveness, retractions, aborts), not speed,
+# so running them together is fine. The sites are installed once per
+# machine: a call after the one that carried the kit (and the FA3 add-on, for
+# the default backend on Hopper: ADDON=.kitfa3) finds them.
+# usage: OUT=dir [SHAPES=tp1,disagg,tp2] [ADDON=.kitfa3] benchmark/device_faults.sh KIT BUDGET_S [e2e run options for every shape]
 #   e.g. SGLANG_DEBUG_CHECK_SEQ_LENS_TRUTH=1 benchmark/device_faults.sh .kit 560 \
 #          --speculative EAGLE3 --piecewise default --greedy-prompts 96
 # Returns under $OUT: faults-<shape>.json per shape, compare.log, env.txt,
@@ -17,31 +22,50 @@ LOG_NAME=compare.log
 . "$(dirname "$0")/lib.sh"
 budget_start "$2"
 shift 2
-WORK=/tmp/sglpatch-faults
+# the sites and work dir (elsewhere only for the script's own tests)
+SB=${SITE_BASE:-/tmp/sb} SP=${SITE_PATCHED:-/tmp/sp} WORK=${FAULTS_WORK:-/tmp/sglpatch-faults}
 gpu_env
-kit_install "$KIT" /tmp/sb 0.5.12.post1 || exit 3
-patched_site /tmp/sb /tmp/sp || exit 4
-export PYTHONPATH=/tmp/sb  # the harness itself needs the kit's tokenizers
+kit_install "$KIT" "$SB" 0.5.12.post1 || exit 3
+patched_site "$SB" "$SP" || exit 4
+export PYTHONPATH=$SB  # the harness itself needs the kit's tokenizers
+if [ -n "$ADDON" ]; then
+  addon_install "$ADDON" "$SB" "$SP" || exit 3
+fi
+SHAPES=${SHAPES:-tp1,disagg,tp2}
+for s in ${SHAPES//,/ }; do
+  case $s in tp1|disagg|tp2) ;; *) log "ERROR: unknown shape $s (SHAPES: tp1, disagg, tp2)"; exit 2 ;; esac
+done
 gpus=$(nvidia-smi --query-gpu=name --format=csv,noheader | wc -l)
-[ "$gpus" -ge 4 ] || { log "ERROR: $gpus GPUs; this call needs 4"; exit 5; }
+[ "$gpus" -ge 2 ] || { log "ERROR: $gpus GPU(s); this call needs 2 or 4"; exit 5; }
 
-shape() {  # shape NAME GPUS PORT_BASE [extra e2e options]
-  local name=$1 devices=$2 port=$3; shift 3
+shape() {  # shape NAME GPUS PORT_BASE DEADLINE_S [extra e2e options]
+  local name=$1 devices=$2 port=$3 deadline=$4; shift 4
   rm -rf "${WORK:?}/$name"
   CUDA_VISIBLE_DEVICES=$devices python3 benchmark/e2e.py run \
-    --variant base=/tmp/sb --variant patched=/tmp/sp --no-apply \
+    --variant "base=$SB" --variant "patched=$SP" --no-apply \
     --side-by-side --max-total-tokens 6000 --no-bench --faults \
     --work-dir "$WORK/$name" --out-dir "$WORK/$name/out" --port-base "$port" \
-    --deadline-s $(( $(left) - 25 )) "$@" 2>&1 | sed -u "s/^/[$name] /" >> "$OUT/compare.log"
+    --deadline-s "$deadline" "$@" 2>&1 | sed -u "s/^/[$name] /" >> "$OUT/compare.log"
   local rc=${PIPESTATUS[0]}
   cp "$WORK/$name"/out/*.json "$OUT/faults-$name.json" 2>/dev/null
   log "$name: rc=$rc"
 }
-log "faults: every shape at once, KV pool 6000 tokens per server"
-shape tp1 0 30000 "$@" &
-shape disagg 1 31000 --disaggregation-decode "$@" &
-shape tp2 2,3 32000 --tp 2 "$@" &
-wait
+want() { [[ ",$SHAPES," == *",$1,"* ]]; }
+log "faults: shapes $SHAPES on $gpus GPUs, KV pool 6000 tokens per server"
+if [ "$gpus" -ge 4 ] || ! want tp2; then
+  want tp1 && shape tp1 0 30000 $(( $(left) - 25 )) "$@" &
+  want disagg && shape disagg 1 31000 $(( $(left) - 25 )) --disaggregation-decode "$@" &
+  want tp2 && shape tp2 2,3 32000 $(( $(left) - 25 )) --tp 2 "$@" &
+  wait
+else  # 2 GPUs and tp2: the one-GPU shapes first, with half the time left
+  if want tp1 || want disagg; then
+    first=$(( ($(left) - 25) / 2 ))
+    want tp1 && shape tp1 0 30000 "$first" "$@" &
+    want disagg && shape disagg 1 31000 "$first" --disaggregation-decode "$@" &
+    wait
+  fi
+  shape tp2 0,1 32000 $(( $(left) - 25 )) --tp 2 "$@"
+fi
 tar_logs "$WORK"
 grep -hE "fault storm|idle: greedy|ERROR|Traceback" "$OUT/compare.log" | tail -40
 log "done"

@@ -117,6 +117,13 @@ def build_parser():
     r.add_argument("--greedy-prompts", type=int, default=64)
     r.add_argument("--greedy-new-tokens", type=int, default=64)
     r.add_argument("--spec-steps", type=int, default=3)
+    r.add_argument("--spec-topk", type=int, default=1,
+                   help="--speculative-eagle-topk of the EAGLE3 servers (above 1: sglang "
+                   "turns the overlap schedule off and runs spec v1)")
+    r.add_argument("--spec-draft-tokens", type=int, default=None,
+                   help="--speculative-num-draft-tokens (default: --spec-steps + 1); "
+                   "e.g. --spec-steps 5 --spec-topk 4 --spec-draft-tokens 8 are the "
+                   "parameters sglang picks itself for a Llama target")
     r.add_argument("--spec-auto", action="store_true",
                    help="EAGLE3 servers get only the draft model path: sglang picks the "
                    "number of steps, EAGLE topk and draft tokens itself (5 / 4 / 8 for a "

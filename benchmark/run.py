@@ -149,7 +149,8 @@ class Run:
 def deployment_fields(a):
     """The call's deployment shape, part of every record's key: tensor
     parallel size, "disaggregation" only for a decode-only server,
-    "spec_params" only when sglang chose the speculative parameters, "dp"
+    "spec_params" only when sglang chose the speculative parameters ("auto")
+    or the EAGLE tree is not a chain ("5/4/8": steps / topk / draft tokens), "dp"
     only with data parallelism (--dp above 1) and "dp_attention" only with
     DP attention."""
     fields = {"tp": a.tp}
@@ -157,11 +158,22 @@ def deployment_fields(a):
         fields["disaggregation"] = "decode"
     if a.spec_auto:
         fields["spec_params"] = "auto"
+    elif spec_params(a)[1:] != (1, spec_params(a)[0] + 1):
+        fields["spec_params"] = "/".join(map(str, spec_params(a)))
     if getattr(a, "dp", 1) > 1:
         fields["dp"] = a.dp
     if getattr(a, "enable_dp_attention", False):
         fields["dp_attention"] = True
     return fields
+
+
+def spec_params(a):
+    """(steps, topk, draft tokens) of the EAGLE3 servers given on the command
+    line; the default is a chain, topk 1 and steps + 1 draft tokens."""
+    steps = getattr(a, "spec_steps", 3)
+    topk = getattr(a, "spec_topk", 1)
+    draft = getattr(a, "spec_draft_tokens", None)
+    return steps, topk, steps + 1 if draft is None else draft
 
 
 def debug_env():
@@ -342,7 +354,7 @@ def bench_order(members, repeats, concurrency):
 def member_command(a, m, target, draft, port):
     return server_command(sys.executable, target, draft, port, m.be, m.spec, m.ov, m.pw,
                           tp=a.tp, spec_steps=None if a.spec_auto else a.spec_steps,
-                          draft_tokens=a.spec_steps + 1,
+                          topk=spec_params(a)[1], draft_tokens=spec_params(a)[2],
                           mem_fraction=a.mem_fraction_static,
                           max_total_tokens=a.max_total_tokens,
                           extra=server_extra_args(a), dp=getattr(a, "dp", 1),

@@ -48,3 +48,16 @@ def test_tables_name_auto_parameters_and_dp_attention():
     assert report.setting(r) == "patched EAGLE3 triton pcg tp2"
     words = report.setting(dict(r, dp=2, dp_attention=True, spec_params="auto")).split()
     assert words[-2:] == ["dp2-attn", "spec-auto"]
+
+
+def test_a_tree_is_launched_and_keyed_by_its_parameters():
+    a = argparse.Namespace(tp=1, disaggregation_decode=False, spec_auto=False,
+                           spec_steps=5, spec_topk=4, spec_draft_tokens=8)
+    assert run.deployment_fields(a) == {"tp": 1, "spec_params": "5/4/8"}
+    steps, topk, draft = run.spec_params(a)
+    tree = server_command("python3", "T", "D", 30000, "triton", "EAGLE3", True, True,
+                          spec_steps=steps, topk=topk, draft_tokens=draft)
+    assert [tree[tree.index(f) + 1] for f in SPEC_FLAGS] == ["5", "4", "8"]
+    chain = argparse.Namespace(tp=1, disaggregation_decode=False, spec_auto=False,
+                               spec_steps=5, spec_topk=1, spec_draft_tokens=None)
+    assert "spec_params" not in run.deployment_fields(chain)

@@ -1,0 +1,103 @@
+#!/bin/bash
+# One device call for sglang's own EAGLE parameters: a Llama target launched
+# with only the draft model path gets 5 steps, topk 4 and 8 draft tokens
+# (server_args.py, auto_choose_speculative_params), which turns the overlap
+# schedule off and runs spec v1. Unpatched 0.5.12.post1 decides spec v1 or v2
+# before it picks them and crashes at its first decode (0015's page), so the
+# comparison launches both builds with those parameters given:
+#   each backend of BACKENDS (default: triton,default) on a GPU of its own
+#   (more backends than GPUs: in turn), base and patched side by side,
+#   `e2e.py run --spec-steps 5 --spec-topk 4 --spec-draft-tokens 8` with the
+#   e2e options given -> spec-<backend>.json
+#   then the patched build alone with `--spec-auto` (only the draft path), a
+#   greedy check whose digest must equal the explicit run's
+#   -> spec-auto-<backend>.json
+# The sites are installed once per machine (kit, then ADDON=.kitfa3 for the
+# default backend on Hopper, each in a call of its own).
+# usage: OUT=dir [BACKENDS=triton,default] [ADDON=.kitfa3] [KV_TOKENS=N]
+#        benchmark/device_spec.sh KIT BUDGET_S [e2e run options]
+#   e.g. ADDON=.kitfa3 OUT=out benchmark/device_spec.sh .kitfa3 560 \
+#          --concurrency 1,8,32 --repeats 3 --min-seconds 10 --greedy-prompts 16
+# Returns under $OUT: spec-*.json, spec-auto-*.json, compare.log (a summary at
+# its end), env.txt, server-logs.tgz.
+KIT=$1
+LOG_NAME=compare.log
+. "$(dirname "$0")/lib.sh"
+budget_start "${2:?usage: device_spec.sh KIT BUDGET_S [e2e options]}"
+shift 2
+BACKENDS=${BACKENDS:-triton,default}
+KV_TOKENS=${KV_TOKENS:-60000}
+AUTO_S=${AUTO_S:-150}  # what the auto-parameter check after each comparison needs
+# the sites and work dir (elsewhere only for the script's own tests)
+SB=${SITE_BASE:-/tmp/sb} SP=${SITE_PATCHED:-/tmp/sp} WORK=${SPEC_WORK:-/tmp/sglpatch-spec}
+mkdir -p "$WORK"
+gpu_env
+kit_install "$KIT" "$SB" 0.5.12.post1 || exit 3
+patched_site "$SB" "$SP" || exit 4
+if [ -n "$ADDON" ]; then
+  addon_install "$ADDON" "$SB" "$SP" || exit 3
+fi
+export PYTHONPATH=$SB  # the harness itself needs the kit's tokenizers
+gpus=$(nvidia-smi --query-gpu=name --format=csv,noheader | wc -l)
+read -r -a backends <<< "${BACKENDS//,/ }"
+TREE=(--speculative EAGLE3 --spec-steps 5)
+
+spec_backend() {  # spec_backend BACKEND GPU PORT_BASE DEADLINE_S [e2e options]
+  local be=$1 gpu=$2 port=$3 end=$4; shift 4
+  local dir=$WORK/$be
+  rm -rf "$dir/out" "$dir/auto"
+  log "$be: GPU $gpu, base and patched at 5/4/8, then patched with sglang's choice"
+  CUDA_VISIBLE_DEVICES=$gpu python3 benchmark/e2e.py run \
+    --variant "base=$SB" --variant "patched=$SP" --no-apply \
+    "${TREE[@]}" --spec-topk 4 --spec-draft-tokens 8 --attention-backend "$be" \
+    --side-by-side --start-together --max-total-tokens "$KV_TOKENS" \
+    --work-dir "$dir" --out-dir "$dir/out" --port-base "$port" \
+    --deadline-s $(( end - $(date +%s) - AUTO_S )) "$@" 2>&1 \
+    | sed -u "s/^/[$be] /" >> "$OUT/compare.log"
+  log "$be: comparison rc=${PIPESTATUS[0]}"
+  cp "$dir"/out/*.json "$OUT/spec-$be.json" 2>/dev/null
+  # the same model pair (--spec-steps 5), the same greedy prompts
+  CUDA_VISIBLE_DEVICES=$gpu python3 benchmark/e2e.py run \
+    --variant "patched=$SP" --no-apply "${TREE[@]}" --spec-auto --attention-backend "$be" \
+    --max-total-tokens "$KV_TOKENS" --no-bench "$@" \
+    --work-dir "$dir" --out-dir "$dir/auto" --port-base $(( port + 500 )) \
+    --deadline-s $(( end - $(date +%s) - 10 )) 2>&1 \
+    | sed -u "s/^/[$be auto] /" >> "$OUT/compare.log"
+  log "$be: auto rc=${PIPESTATUS[0]}"
+  cp "$dir"/auto/*.json "$OUT/spec-auto-$be.json" 2>/dev/null
+}
+
+# a GPU a backend; with more backends than GPUs, those of one GPU in turn,
+# each with its share of the time
+per_gpu=$(( (${#backends[@]} + gpus - 1) / gpus ))
+for (( g = 0; g < gpus && g < ${#backends[@]}; g++ )); do
+  (
+    for (( j = g; j < ${#backends[@]}; j += gpus )); do
+      share=$(( ($(left) - 30) / (per_gpu - (j - g) / gpus) ))
+      spec_backend "${backends[$j]}" "$g" $(( 30000 + 1000 * j )) \
+        $(( $(date +%s) + share )) "$@"
+    done
+  ) &
+done
+wait
+tar_logs "$WORK"
+{
+  echo "== summary"
+  for f in "$OUT"/spec-*.json; do
+    [ -f "$f" ] || continue
+    python3 - "$f" <<'EOF'
+import json, os, sys
+d = json.load(open(sys.argv[1]))
+name = os.path.basename(sys.argv[1])
+for g in d.get("greedy_runs", []):
+    print(f"{name} greedy {g['variant']} {g.get('spec_params', '3/1/4')}: "
+          f"sha256 {g['sha256']}, {g.get('prompts_off_constructed_f')} of {g['prompts']} off")
+for r in sorted(d.get("runs", []), key=lambda r: (r["concurrency"], r["variant"])):
+    print(f"{name} c={r['concurrency']} {r['variant']}: TPOT {r['tpot_ms_median']} ms, "
+          f"accept {r.get('accept_length')}")
+for e in d.get("errors", []):
+    print(f"{name} ERROR {e[:300]}")
+EOF
+  done
+} 2>&1 | tee -a "$OUT/compare.log"
+log "done"

@@ -1,0 +1,110 @@
+"""benchmark/device_faults.sh and benchmark/device_spec.sh on CPU, with a
+stand-in python3 and nvidia-smi: which shape or backend runs on which GPUs,
+in which order, with which options."""
+
+import os
+import subprocess
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def device(tmp_path, script, gpus, args=(), **env):
+    stub = tmp_path / "bin"
+    stub.mkdir()
+    # python3 records its GPUs and arguments; a harness call ends at once
+    (stub / "python3").write_text(
+        f'#!/bin/bash\necho "$CUDA_VISIBLE_DEVICES|$*" >> {tmp_path}/calls\n')
+    (stub / "nvidia-smi").write_text(
+        f'#!/bin/bash\nfor i in $(seq {gpus}); do echo "NVIDIA H100 80GB HBM3"; done\n')
+    for f in ("python3", "nvidia-smi"):
+        (stub / f).chmod(0o755)
+    sb, sp = tmp_path / "sb", tmp_path / "sp"
+    sb.mkdir()
+    sp.mkdir()
+    (sb / ".kit-installed").write_text("")  # installed and patched by an earlier call
+    (sp / ".series-applied").write_text("")
+    e = dict(os.environ, OUT=str(tmp_path / "out"), PATH=f"{stub}:{os.environ['PATH']}",
+             SITE_BASE=str(sb), SITE_PATCHED=str(sp), FAULTS_WORK=str(tmp_path / "work"),
+             SPEC_WORK=str(tmp_path / "work"), **env)
+    res = subprocess.run(["bash", f"benchmark/{script}", ".kit", "500", *args], cwd=REPO,
+                         env=e, capture_output=True, text=True, timeout=120)
+    calls = (tmp_path / "calls").read_text().splitlines() if (tmp_path / "calls").exists() else []
+    runs = [c.split("|", 1) for c in calls if "benchmark/e2e.py" in c]
+    return res, [(g, a.split()) for g, a in runs]
+
+
+def opt(args, name):
+    return args[args.index(name) + 1]
+
+
+def shape_of(args):
+    return "disagg" if "--disaggregation-decode" in args else f"tp{opt(args, '--tp')}" \
+        if "--tp" in args else "tp1"
+
+
+def test_faults_on_two_gpus_run_the_one_gpu_shapes_first(tmp_path):
+    res, runs = device(tmp_path, "device_faults.sh", 2, ["--speculative", "EAGLE3"])
+    assert res.returncode == 0, res.stdout + res.stderr
+    got = sorted((shape_of(a), g) for g, a in runs)
+    assert got == [("disagg", "1"), ("tp1", "0"), ("tp2", "0,1")]
+    tp2 = next(a for g, a in runs if g == "0,1")
+    firsts = [a for g, a in runs if g != "0,1"]
+    # the first wave leaves the second at least as much time as it takes
+    assert all(int(opt(a, "--deadline-s")) <= 240 for a in firsts)
+    assert int(opt(tp2, "--deadline-s")) > 240
+    assert runs[-1][0] == "0,1"  # after the first wave
+    for _, a in runs:
+        assert "--faults" in a and opt(a, "--max-total-tokens") == "6000"
+        assert opt(a, "--speculative") == "EAGLE3"
+
+
+def test_faults_on_four_gpus_run_every_shape_at_once(tmp_path):
+    res, runs = device(tmp_path, "device_faults.sh", 4)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert sorted((shape_of(a), g) for g, a in runs) == [
+        ("disagg", "1"), ("tp1", "0"), ("tp2", "2,3")]
+
+
+def test_faults_take_a_subset_and_refuse_an_unknown_shape(tmp_path):
+    res, runs = device(tmp_path, "device_faults.sh", 2, SHAPES="tp2")
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert [(shape_of(a), g) for g, a in runs] == [("tp2", "0,1")]
+    assert int(opt(runs[0][1], "--deadline-s")) > 400
+
+
+def test_faults_refuse_an_unknown_shape(tmp_path):
+    res, runs = device(tmp_path, "device_faults.sh", 2, SHAPES="tp1,tp3")
+    assert res.returncode == 2 and runs == []
+
+
+def test_spec_compares_the_explicit_tree_then_checks_the_auto_launch(tmp_path):
+    res, runs = device(tmp_path, "device_spec.sh", 2, ["--concurrency", "1,8"])
+    assert res.returncode == 0, res.stdout + res.stderr
+    by_gpu = {}
+    for g, a in runs:
+        by_gpu.setdefault(g, []).append(a)
+    assert sorted(by_gpu) == ["0", "1"]
+    for g, be in (("0", "triton"), ("1", "default")):
+        compare, auto = by_gpu[g]
+        assert opt(compare, "--attention-backend") == opt(auto, "--attention-backend") == be
+        assert [x.split("=")[0] for x in compare if x.startswith(("base=", "patched="))] \
+            == ["base", "patched"]
+        assert (opt(compare, "--spec-steps"), opt(compare, "--spec-topk"),
+                opt(compare, "--spec-draft-tokens")) == ("5", "4", "8")
+        assert "--side-by-side" in compare and opt(compare, "--concurrency") == "1,8"
+        # the auto launch: the patched build, the same model pair, no tree given
+        assert [x.split("=")[0] for x in auto if x.startswith(("base=", "patched="))] \
+            == ["patched"]
+        assert "--spec-auto" in auto and opt(auto, "--spec-steps") == "5"
+        assert "--spec-topk" not in auto and "--no-bench" in auto
+        assert int(opt(compare, "--deadline-s")) < int(opt(auto, "--deadline-s"))
+
+
+def test_spec_with_one_gpu_runs_the_backends_in_turn(tmp_path):
+    res, runs = device(tmp_path, "device_spec.sh", 1)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert [(g, opt(a, "--attention-backend"), "--spec-auto" in a) for g, a in runs] == [
+        ("0", "triton", False), ("0", "triton", True),
+        ("0", "default", False), ("0", "default", True)]
+    # the first backend leaves the second about half the call
+    assert int(opt(runs[1][1], "--deadline-s")) < 300
