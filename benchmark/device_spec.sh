@@ -14,9 +14,9 @@
 #   -> spec-auto-<backend>.json
 # The sites are installed once per machine (kit, then ADDON=.kitfa3 for the
 # default backend on Hopper, each in a call of its own).
-# usage: OUT=dir [BACKENDS=triton,default] [ADDON=.kitfa3] [KV_TOKENS=N]
+# usage: OUT=dir [BACKENDS=triton,default] [ADDON=.kitfa3] [KV_TOKENS=N] [AUTO=0]
 #        benchmark/device_spec.sh KIT BUDGET_S [e2e run options]
-#   e.g. ADDON=.kitfa3 OUT=out benchmark/device_spec.sh .kitfa3 560 \
+#   e.g. ADDON=.kitfa3 OUT=out benchmark/device_spec.sh .kitfa3 560 --piecewise default \
 #          --concurrency 1,8,32 --repeats 3 --min-seconds 10 --greedy-prompts 16
 # Returns under $OUT: spec-*.json, spec-auto-*.json, compare.log (a summary at
 # its end), env.txt, server-logs.tgz.
@@ -27,7 +27,9 @@ budget_start "${2:?usage: device_spec.sh KIT BUDGET_S [e2e options]}"
 shift 2
 BACKENDS=${BACKENDS:-triton,default}
 KV_TOKENS=${KV_TOKENS:-60000}
-AUTO_S=${AUTO_S:-150}  # what the auto-parameter check after each comparison needs
+# what the auto-parameter check after each comparison needs (AUTO=0: none)
+AUTO_S=${AUTO_S:-150}
+[ "$AUTO" = 0 ] && AUTO_S=0
 # the sites and work dir (elsewhere only for the script's own tests)
 SB=${SITE_BASE:-/tmp/sb} SP=${SITE_PATCHED:-/tmp/sp} WORK=${SPEC_WORK:-/tmp/sglpatch-spec}
 mkdir -p "$WORK"
@@ -45,7 +47,7 @@ TREE=(--speculative EAGLE3 --spec-steps 5)
 spec_backend() {  # spec_backend BACKEND GPU PORT_BASE DEADLINE_S [e2e options]
   local be=$1 gpu=$2 port=$3 end=$4; shift 4
   local dir=$WORK/$be
-  rm -rf "$dir/out" "$dir/auto"
+  rm -rf "$dir/out" "$dir/auto" "$dir-auto"/*.log
   log "$be: GPU $gpu, base and patched at 5/4/8, then patched with sglang's choice"
   CUDA_VISIBLE_DEVICES=$gpu python3 benchmark/e2e.py run \
     --variant "base=$SB" --variant "patched=$SP" --no-apply \
@@ -56,11 +58,14 @@ spec_backend() {  # spec_backend BACKEND GPU PORT_BASE DEADLINE_S [e2e options]
     | sed -u "s/^/[$be] /" >> "$OUT/compare.log"
   log "$be: comparison rc=${PIPESTATUS[0]}"
   cp "$dir"/out/*.json "$OUT/spec-$be.json" 2>/dev/null
-  # the same model pair (--spec-steps 5), the same greedy prompts
+  [ "$AUTO" = 0 ] && return
+  # the same model pair (built anew from --spec-steps 5 and the seed), the
+  # same greedy prompts; a work dir of its own, so that no log of the
+  # comparison's servers is overwritten by this one's
   CUDA_VISIBLE_DEVICES=$gpu python3 benchmark/e2e.py run \
     --variant "patched=$SP" --no-apply "${TREE[@]}" --spec-auto --attention-backend "$be" \
     --max-total-tokens "$KV_TOKENS" --no-bench "$@" \
-    --work-dir "$dir" --out-dir "$dir/auto" --port-base $(( port + 500 )) \
+    --work-dir "$dir-auto" --out-dir "$dir/auto" --port-base $(( port + 500 )) \
     --deadline-s $(( end - $(date +%s) - 10 )) 2>&1 \
     | sed -u "s/^/[$be auto] /" >> "$OUT/compare.log"
   log "$be: auto rc=${PIPESTATUS[0]}"

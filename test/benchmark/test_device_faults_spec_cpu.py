@@ -108,3 +108,18 @@ def test_spec_with_one_gpu_runs_the_backends_in_turn(tmp_path):
         ("0", "default", False), ("0", "default", True)]
     # the first backend leaves the second about half the call
     assert int(opt(runs[1][1], "--deadline-s")) < 300
+
+
+def test_spec_without_the_auto_check_gives_the_comparison_the_time(tmp_path):
+    res, runs = device(tmp_path, "device_spec.sh", 1, BACKENDS="default", AUTO="0")
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert [("--spec-auto" in a, opt(a, "--attention-backend")) for _, a in runs] == [
+        (False, "default")]
+    assert int(opt(runs[0][1], "--deadline-s")) > 440
+
+
+def test_spec_auto_check_keeps_its_server_logs_apart(tmp_path):
+    res, runs = device(tmp_path, "device_spec.sh", 2)
+    assert res.returncode == 0, res.stdout + res.stderr
+    compare, auto = [a for g, a in runs if g == "0"]
+    assert opt(auto, "--work-dir") != opt(compare, "--work-dir")

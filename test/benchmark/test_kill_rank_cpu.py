@@ -267,3 +267,24 @@ def test_no_process_left_behind_by_the_stand_in(tmp_path):
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
+
+
+def test_render_writes_a_row_per_kill_from_the_file(tmp_path):
+    rec = {"variant": "patched", "scenario": "idle", "tp": 2, "attention_backend": "triton",
+           "cap_s": 120.0, "exited": True, "seconds": 0.47, "exit_code": -9,
+           "group_gone_s": 0.96, "left": ["python3"]}
+    hung = dict(rec, variant="base", exited=False, seconds=None, exit_code=None,
+                group_gone_s=None, left=["a", "b"])
+    data = {"card": "NVIDIA H200", "date": "2026-11-28", "model_preset": "small",
+            "commands": ["python benchmark/kill_rank.py --tp 2"],
+            "kills": [rec, hung, {"variant": "patched", "scenario": "busy",
+                                  "error": "not run (deadline)"}]}
+    path = tmp_path / "k.json"
+    path.write_text(json.dumps(data))
+    assert kill_rank.main(["--render", str(path)]) == 0
+    rows = [line.split("|")[1:-1] for line in (tmp_path / "k.md").read_text().splitlines()
+            if line.startswith("| patched") or line.startswith("| base")]
+    cells = [[c.strip() for c in r] for r in rows]
+    assert cells[0][:8] == ["patched", "idle", "2", "triton", "0.47", "-9", "0.96", "1"]
+    assert cells[1][4] == "running at the 120 s cap" and cells[1][7] == "2"
+    assert cells[2][:2] == ["patched", "busy"] and "not run (deadline)" in cells[2][4]
