@@ -13,8 +13,8 @@
 #     SIDE_BY_SIDE it is one more server of the comparison, under that name
 #     (bisecting the series: base, patched-through-0004, patched side by
 #     side); without, it runs first, as its own e2e run (variant name
-#     "patched", so its numbers never mix with the full series) -> through-NNNN.tgz
-#   - a variant candidate-NAME is a site with the whole series and then the
+#     "patched", so its numbers never mix with those of every patch) -> through-NNNN.tgz
+#   - a variant candidate-NAME is a site with every patch of the series and then the
 #     trial patch benchmark/candidates/NAME.patch (not in the series; its
 #     README says why each one waits), one more server of the comparison
 #   - HOST_TIME=1: every build under test loads the host-time probe
@@ -42,10 +42,10 @@
 #   - PAIRS=P (with SIDE_BY_SIDE): P copies of that comparison at once, each
 #     on 1/P of the GPUs and CPUs, repeats pooled (benchmark/pairs.py); e.g.
 #     PAIRS=2 --tp 2 on four GPUs gives twice the repeats in the same time
-# usage: OUT=dir [SYNC_TRACE=1] [SIDE_BY_SIDE=K [PAIRS=P]] [PIN=1] benchmark/device_compare.sh KIT BUDGET_S VARIANTS [e2e run options]
+# usage: OUT_DIR=dir [SYNC_TRACE=1] [SIDE_BY_SIDE=K [PAIRS=P]] [PIN=1] benchmark/device_compare.sh KIT BUDGET_S VARIANTS [e2e run options]
 #   e.g. benchmark/device_compare.sh .kit 560 base,patched --piecewise default \
 #          --concurrency 1,8,32 --repeats 3 --min-seconds 8
-# Returns under $OUT (the folder whose files come back from the GPU machine,
+# Returns under $OUT_DIR (the folder whose files come back from the GPU machine,
 # benchmark/kit/README.md): the results JSON (+ PNG if matplotlib is there),
 # compare.log, env.txt, probe.tgz (SYNC_TRACE), server-logs.tgz and
 # profiles.tgz (e2e --profile-steps: the torch-profiler traces; the stack
@@ -85,7 +85,7 @@ for v in ${VARIANTS//,/ }; do
         partial+=("$n")
       fi ;;
     candidate-*)
-      # the whole series and a trial patch of benchmark/candidates/ on top
+      # every patch of the series and a trial patch of benchmark/candidates/ on top
       patch=benchmark/candidates/${v#candidate-}.patch
       [ -f "$patch" ] || { echo "no trial patch $patch" >&2; exit 2; }
       kit_install "$KIT" /tmp/sb 0.5.12.post1 || exit 3
@@ -126,9 +126,9 @@ if [ "$SYNC_TRACE" = 1 ]; then
   SGLPATCH_PROBE_DIR=/tmp/probe SGLPATCH_SYNC_TRACE=1 SGLPATCH_SYNC_SKIP=20 SGLPATCH_SYNC_STEPS=100 \
     timeout $(( $(left) - 20 )) python3 benchmark/e2e.py run --variant "$name=/tmp/probe-site" --no-apply \
       --speculative EAGLE3 --concurrency 1 --repeats 1 --min-seconds 3 --greedy-prompts 8 \
-      --work-dir "$WORK" --out-dir /tmp/probe/results --deadline-s 200 $TRACE_ARGS >> "$OUT/compare.log" 2>&1
-  tar czf "$OUT/probe.tgz" -C /tmp probe
-  for f in /tmp/probe/*-sync.json; do [ -f "$f" ] && { log "$f"; tee -a "$OUT/compare.log" < "$f"; }; done
+      --work-dir "$WORK" --out-dir /tmp/probe/results --deadline-s 200 $TRACE_ARGS >> "$OUT_DIR/compare.log" 2>&1
+  tar czf "$OUT_DIR/probe.tgz" -C /tmp probe
+  for f in /tmp/probe/*-sync.json; do [ -f "$f" ] && { log "$f"; tee -a "$OUT_DIR/compare.log" < "$f"; }; done
 fi
 
 if [ -n "$SIDE_BY_SIDE" ]; then
@@ -149,22 +149,22 @@ e2e() {  # e2e OUT_DIR VARIANT_ARGS... -- e2e options
   [ -n "$PAIRS" ] && runner=(benchmark/pairs.py --pairs "$PAIRS" --)
   log "e2e${PAIRS:+ x$PAIRS pairs} -> $dir: $*"
   python3 "${runner[@]}" "$@" --work-dir "$WORK" --out-dir "$dir" \
-    --deadline-s $(( $(left) - 25 )) 2>&1 | tee -a "$OUT/compare.log" \
+    --deadline-s $(( $(left) - 25 )) 2>&1 | tee -a "$OUT_DIR/compare.log" \
     | grep -E "rep |ready|ERROR|deadline|greedy|pair[0-9]+:|pooled"
   [ "${PIPESTATUS[0]}" = 0 ] || rc=1
 }
 for n in "${partial[@]}"; do
   e2e "/tmp/through-$n" --variant "patched=/tmp/sp-$n" --no-apply "$@"
-  tar czf "$OUT/through-$n.tgz" -C /tmp "through-$n"
+  tar czf "$OUT_DIR/through-$n.tgz" -C /tmp "through-$n"
 done
-[ ${#args[@]} -gt 0 ] && e2e "$OUT" "${args[@]}" "$@"
+[ ${#args[@]} -gt 0 ] && e2e "$OUT_DIR" "${args[@]}" "$@"
 if [ "$HOST_TIME" = 1 ]; then
-  tar czf "$OUT/host-time.tgz" -C /tmp probe-host
-  python3 benchmark/probes/host_time.py /tmp/probe-host >> "$OUT/compare.log" 2>&1
+  tar czf "$OUT_DIR/host-time.tgz" -C /tmp probe-host
+  python3 benchmark/probes/host_time.py /tmp/probe-host >> "$OUT_DIR/compare.log" 2>&1
 fi
 if [ "$STARTUP_STACKS" = 1 ]; then
-  (cd /tmp/probe-host && find . -name '*-startup.json' -print0 | xargs -0 -r tar czf "$OUT/startup-stacks.tgz")
-  python3 benchmark/probes/startup_stacks.py /tmp/probe-host --rank 0 >> "$OUT/compare.log" 2>&1
+  (cd /tmp/probe-host && find . -name '*-startup.json' -print0 | xargs -0 -r tar czf "$OUT_DIR/startup-stacks.tgz")
+  python3 benchmark/probes/startup_stacks.py /tmp/probe-host --rank 0 >> "$OUT_DIR/compare.log" 2>&1
 fi
 tar_logs "$WORK"  # also those of PAIRS copies (pair<i>/*.log)
 pack_profiles "$WORK"  # e2e --profile-steps: the traces, in one or two files back

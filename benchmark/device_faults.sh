@@ -12,10 +12,10 @@
 # so running them together is fine. The sites are installed once per
 # machine: a call after the one that carried the kit (and the FA3 add-on, for
 # the default backend on Hopper: ADDON=.kitfa3) finds them.
-# usage: OUT=dir [SHAPES=tp1,disagg,tp2] [ADDON=.kitfa3] benchmark/device_faults.sh KIT BUDGET_S [e2e run options for every shape]
+# usage: OUT_DIR=dir [SHAPES=tp1,disagg,tp2] [ADDON=.kitfa3] benchmark/device_faults.sh KIT BUDGET_S [e2e run options for every shape]
 #   e.g. SGLANG_DEBUG_CHECK_SEQ_LENS_TRUTH=1 benchmark/device_faults.sh .kit 560 \
 #          --speculative EAGLE3 --piecewise default --greedy-prompts 96
-# Returns under $OUT: faults-<shape>.json per shape, compare.log, env.txt,
+# Returns under $OUT_DIR: faults-<shape>.json per shape, compare.log, env.txt,
 # server-logs.tgz (every shape's server and bench logs).
 KIT=$1
 LOG_NAME=compare.log
@@ -45,9 +45,9 @@ shape() {  # shape NAME GPUS PORT_BASE DEADLINE_S [extra e2e options]
     --variant "base=$SB" --variant "patched=$SP" --no-apply \
     --side-by-side --max-total-tokens 6000 --no-bench --faults \
     --work-dir "$WORK/$name" --out-dir "$WORK/$name/out" --port-base "$port" \
-    --deadline-s "$deadline" "$@" 2>&1 | sed -u "s/^/[$name] /" >> "$OUT/compare.log"
+    --deadline-s "$deadline" "$@" 2>&1 | sed -u "s/^/[$name] /" >> "$OUT_DIR/compare.log"
   local rc=${PIPESTATUS[0]}
-  cp "$WORK/$name"/out/*.json "$OUT/faults-$name.json" 2>/dev/null
+  cp "$WORK/$name"/out/*.json "$OUT_DIR/faults-$name.json" 2>/dev/null
   log "$name: rc=$rc"
 }
 want() { [[ ",$SHAPES," == *",$1,"* ]]; }
@@ -67,5 +67,5 @@ else  # 2 GPUs and tp2: the one-GPU shapes first, with half the time left
   shape tp2 0,1 32000 $(( $(left) - 25 )) --tp 2 "$@"
 fi
 tar_logs "$WORK"
-grep -hE "fault storm|idle: greedy|ERROR|Traceback" "$OUT/compare.log" | tail -40
+grep -hE "fault storm|idle: greedy|ERROR|Traceback" "$OUT_DIR/compare.log" | tail -40
 log "done"

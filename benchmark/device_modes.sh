@@ -25,14 +25,14 @@
 # may be reached, and BUILDS=base (then patched) halves either phase.
 # Extra options: DP_ARGS (e2e.py run, e.g. "--no-bench" or "--mix-prompts 32";
 # later options win), KILL_ARGS (kill_rank.py, e.g. "--speculative none").
-# usage: OUT=dir [PHASES=dp,kill] [BUILDS=base,patched] [ADDON=.kitfa3]
+# usage: OUT_DIR=dir [PHASES=dp,kill] [BUILDS=base,patched] [ADDON=.kitfa3]
 #        [ATTN=default|triton] [KILL_SCENARIOS=idle,busy] [KILL_CAP_S=120]
 #        [DP_SIDE_BY_SIDE=1 [DP_KV_TOKENS=60000]] [INSTALL_ONLY=1]
 #        benchmark/device_modes.sh KIT BUDGET_S
-#   e.g. PHASES=kill OUT=out benchmark/device_modes.sh .kit 570
-#        PHASES=dp ADDON=.kitfa3 OUT=out benchmark/device_modes.sh .kit 570
+#   e.g. PHASES=kill OUT_DIR=out benchmark/device_modes.sh .kit 570
+#        PHASES=dp ADDON=.kitfa3 OUT_DIR=out benchmark/device_modes.sh .kit 570
 #        (the first call carries .kit, the second .kitfa3 onto the warm machine)
-# Returns under $OUT: dp-attention-*.json, kill-rank.json, modes.log (with a
+# Returns under $OUT_DIR: dp-attention-*.json, kill-rank.json, modes.log (with a
 # summary at its end), env.txt, server-logs.tgz (every server's and bench log).
 KIT=$1
 LOG_NAME=modes.log
@@ -127,7 +127,7 @@ dp_phase() {  # dp_phase GPUS PORT_BASE VARIANTS
     --concurrency 1,8 --repeats 1 --min-seconds 5 \
     --work-dir "$WORK/$name" --out-dir "$WORK/$name/out" --port-base "$2" \
     --deadline-s $(( $(left) - 30 )) $DP_ARGS 2>&1 | sed -u "s/^/[$name] /" \
-    | tee -a "$OUT/modes.log" | grep --line-buffered -E "ready|ERROR|greedy|mixed load|rep |deadline"
+    | tee -a "$OUT_DIR/modes.log" | grep --line-buffered -E "ready|ERROR|greedy|mixed load|rep |deadline"
   local rc=${PIPESTATUS[0]}
   log "$name: rc=$rc"
   return "$rc"
@@ -141,7 +141,7 @@ kill_phase() {  # kill_phase GPUS PORT_BASE VARIANTS SCENARIOS
     --tp 2 --scenarios "${4//+/,}" --cap-s "$KILL_CAP_S" \
     --work-dir "$WORK/$name" --out "$WORK/$name/kill-rank.json" --port-base "$2" \
     --deadline-s $(( $(left) - 30 )) $KILL_ARGS 2>&1 | sed -u "s/^/[$name] /" \
-    | tee -a "$OUT/modes.log" | grep --line-buffered -E "ready|SIGKILL|launcher|ERROR|deadline"
+    | tee -a "$OUT_DIR/modes.log" | grep --line-buffered -E "ready|SIGKILL|launcher|ERROR|deadline"
   local rc=${PIPESTATUS[0]}
   log "$name: rc=$rc"
   return "$rc"
@@ -177,11 +177,11 @@ for f in "$WORK"/rc-*; do [ "$(cat "$f")" = 0 ] || rc=1; done
 # joins them where wanted), the kill jobs' records joined in kill-rank.json
 for d in "$WORK"/dp-*/; do
   name=$(basename "$d")
-  for f in "$d"out/*.json; do [ -f "$f" ] && cp "$f" "$OUT/dp-attention-${name#dp-}.json"; done
+  for f in "$d"out/*.json; do [ -f "$f" ] && cp "$f" "$OUT_DIR/dp-attention-${name#dp-}.json"; done
 done
 kill_parts=("$WORK"/kill-*/kill-rank.json)
 if [ -f "${kill_parts[0]}" ]; then
-  python3 - "$OUT/kill-rank.json" "${kill_parts[@]}" <<'EOF' || rc=1
+  python3 - "$OUT_DIR/kill-rank.json" "${kill_parts[@]}" <<'EOF' || rc=1
 import json, sys
 out, parts = sys.argv[1], [json.load(open(p)) for p in sys.argv[2:]]
 data = dict(parts[0], kills=[k for p in parts for k in p["kills"]],
@@ -194,7 +194,7 @@ fi
 tar_logs "$WORK"
 {
   echo "== summary"
-  for f in "$OUT"/dp-attention-*.json; do
+  for f in "$OUT_DIR"/dp-attention-*.json; do
     [ -f "$f" ] || continue
     python3 - "$f" <<'EOF'
 import json, sys
@@ -213,8 +213,8 @@ for e in d.get("errors", []):
     print(f"dp ERROR {e[:300]}")
 EOF
   done
-  if [ -f "$OUT/kill-rank.json" ]; then
-    python3 - "$OUT/kill-rank.json" <<'EOF'
+  if [ -f "$OUT_DIR/kill-rank.json" ]; then
+    python3 - "$OUT_DIR/kill-rank.json" <<'EOF'
 import json, sys
 sys.path.insert(0, "benchmark")
 from kill_rank import summary_line
@@ -222,6 +222,6 @@ for r in json.load(open(sys.argv[1]))["kills"]:
     print(summary_line(r))
 EOF
   fi
-} 2>&1 | tee -a "$OUT/modes.log"
+} 2>&1 | tee -a "$OUT_DIR/modes.log"
 log "done rc=$rc"
 exit $rc

@@ -14,11 +14,11 @@
 #   -> spec-auto-<backend>.json
 # The sites are installed once per machine (kit, then ADDON=.kitfa3 for the
 # default backend on Hopper, each in a call of its own).
-# usage: OUT=dir [BACKENDS=triton,default] [ADDON=.kitfa3] [KV_TOKENS=N] [AUTO=0]
+# usage: OUT_DIR=dir [BACKENDS=triton,default] [ADDON=.kitfa3] [KV_TOKENS=N] [AUTO=0]
 #        benchmark/device_spec.sh KIT BUDGET_S [e2e run options]
-#   e.g. ADDON=.kitfa3 OUT=out benchmark/device_spec.sh .kitfa3 560 --piecewise default \
+#   e.g. ADDON=.kitfa3 OUT_DIR=out benchmark/device_spec.sh .kitfa3 560 --piecewise default \
 #          --concurrency 1,8,32 --repeats 3 --min-seconds 10 --greedy-prompts 16
-# Returns under $OUT: spec-*.json, spec-auto-*.json, compare.log (a summary at
+# Returns under $OUT_DIR: spec-*.json, spec-auto-*.json, compare.log (a summary at
 # its end), env.txt, server-logs.tgz.
 KIT=$1
 LOG_NAME=compare.log
@@ -55,9 +55,9 @@ spec_backend() {  # spec_backend BACKEND GPU PORT_BASE DEADLINE_S [e2e options]
     --side-by-side --start-together --max-total-tokens "$KV_TOKENS" \
     --work-dir "$dir" --out-dir "$dir/out" --port-base "$port" \
     --deadline-s $(( end - $(date +%s) - AUTO_S )) "$@" 2>&1 \
-    | sed -u "s/^/[$be] /" >> "$OUT/compare.log"
+    | sed -u "s/^/[$be] /" >> "$OUT_DIR/compare.log"
   log "$be: comparison rc=${PIPESTATUS[0]}"
-  cp "$dir"/out/*.json "$OUT/spec-$be.json" 2>/dev/null
+  cp "$dir"/out/*.json "$OUT_DIR/spec-$be.json" 2>/dev/null
   [ "$AUTO" = 0 ] && return
   # the same model pair (built anew from --spec-steps 5 and the seed), the
   # same greedy prompts; a work dir of its own, so that no log of the
@@ -67,9 +67,9 @@ spec_backend() {  # spec_backend BACKEND GPU PORT_BASE DEADLINE_S [e2e options]
     --max-total-tokens "$KV_TOKENS" --no-bench "$@" \
     --work-dir "$dir-auto" --out-dir "$dir/auto" --port-base $(( port + 500 )) \
     --deadline-s $(( end - $(date +%s) - 10 )) 2>&1 \
-    | sed -u "s/^/[$be auto] /" >> "$OUT/compare.log"
+    | sed -u "s/^/[$be auto] /" >> "$OUT_DIR/compare.log"
   log "$be: auto rc=${PIPESTATUS[0]}"
-  cp "$dir"/auto/*.json "$OUT/spec-auto-$be.json" 2>/dev/null
+  cp "$dir"/auto/*.json "$OUT_DIR/spec-auto-$be.json" 2>/dev/null
 }
 
 # a GPU a backend; with more backends than GPUs, those of one GPU in turn,
@@ -88,7 +88,7 @@ wait
 tar_logs "$WORK"
 {
   echo "== summary"
-  for f in "$OUT"/spec-*.json; do
+  for f in "$OUT_DIR"/spec-*.json; do
     [ -f "$f" ] || continue
     python3 - "$f" <<'EOF'
 import json, os, sys
@@ -104,5 +104,5 @@ for e in d.get("errors", []):
     print(f"{name} ERROR {e[:300]}")
 EOF
   done
-} 2>&1 | tee -a "$OUT/compare.log"
+} 2>&1 | tee -a "$OUT_DIR/compare.log"
 log "done"

@@ -1,11 +1,11 @@
 # Shell library of the device scripts (device_compare.sh, series_check.sh):
 # the time budget of one call, the kit install, the patched sites.
 # Source it from the repository root:  . benchmark/lib.sh; budget_start SECONDS
-# $OUT is the folder whose files come back from the GPU machine
+# $OUT_DIR is the folder whose files come back from the GPU machine
 # (benchmark/kit/README.md); default ./device-out.
 
-OUT=${OUT:-$PWD/device-out}
-mkdir -p "$OUT"
+OUT_DIR=${OUT_DIR:-$PWD/device-out}
+mkdir -p "$OUT_DIR"
 export PYTHONUNBUFFERED=1
 
 budget_start() {  # budget_start SECONDS: the call's time budget starts now
@@ -13,11 +13,11 @@ budget_start() {  # budget_start SECONDS: the call's time budget starts now
   BUDGET=$1 T0=$(date +%s)
 }
 left() { echo $(( BUDGET - ($(date +%s) - T0) )); }  # seconds left
-log() { echo "[$(( $(date +%s) - T0 ))s] $*" | tee -a "$OUT/${LOG_NAME:-device.log}"; }
+log() { echo "[$(( $(date +%s) - T0 ))s] $*" | tee -a "$OUT_DIR/${LOG_NAME:-device.log}"; }
 
-gpu_env() {  # the card and driver, into $OUT/env.txt
+gpu_env() {  # the card and driver, into $OUT_DIR/env.txt
   { date -u; nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv; } \
-    > "$OUT/env.txt" 2>&1
+    > "$OUT_DIR/env.txt" 2>&1
 }
 
 kit_install() {  # kit_install KIT SITE VERSION: the kit's wheels into SITE, once per machine
@@ -39,7 +39,7 @@ patched_site() {  # patched_site BASE SITE [NNNN]: a copy of BASE with the serie
   [ -f "$site/.series-applied" ] && { log "reuse $site"; return 0; }
   rm -rf "$site" && cp -a "$base" "$site" || return 1
   PYTHONPATH=python python3 -m sglpatch apply ${through:+--through "$through"} \
-    --sglang-dir "$site/sglang" >> "$OUT/${LOG_NAME:-device.log}" 2>&1 || return 1
+    --sglang-dir "$site/sglang" >> "$OUT_DIR/${LOG_NAME:-device.log}" 2>&1 || return 1
   share_site "$base" "$site" || return 1  # after the series: it must write its own files
   touch "$site/.series-applied"; log "$site: series applied${through:+ through $through}"
 }
@@ -59,7 +59,7 @@ candidate_site() {  # candidate_site BASE SITE PATCH: a copy of BASE with the wh
   [ -f "$site/.candidate-applied" ] && { log "reuse $site"; return 0; }
   rm -f "$site/.series-applied"  # a half-made site from an earlier call is made anew
   patched_site "$base" "$site" || return 1
-  candidate_apply "$site" "$patch" >> "$OUT/${LOG_NAME:-device.log}" 2>&1 || {
+  candidate_apply "$site" "$patch" >> "$OUT_DIR/${LOG_NAME:-device.log}" 2>&1 || {
     log "ERROR: $(basename "$patch") does not apply on the series"; return 1; }
   touch "$site/.candidate-applied"; log "$site: series and $(basename "$patch") applied"
 }
@@ -169,29 +169,29 @@ probe_site() {  # probe_site SITE COPY: a hard-linked copy of SITE with the proj
 # what one file back from the device may hold (16 MiB, less a margin)
 PROFILES_MAX_BYTES=${PROFILES_MAX_BYTES:-15000000}
 
-pack_profiles() {  # pack_profiles WORK: WORK/profiles (e2e --profile-steps) into $OUT
+pack_profiles() {  # pack_profiles WORK: WORK/profiles (e2e --profile-steps) into $OUT_DIR
   # profiles.tgz, all traces in one file where they fit; else the GPU-only
   # traces there and the stack traces in profiles-stack.tgz, or those of
   # rank 0 only, or none: each file back must stay under its limit, and a
   # call returns at most 8 files (probe.tgz, where there is one, takes the 8th)
   local work=$1
   [ -d "$work/profiles" ] || return 0
-  (cd "$work" && tar czf "$OUT/profiles.tgz" profiles)
-  fits "$OUT/profiles.tgz" && return 0
+  (cd "$work" && tar czf "$OUT_DIR/profiles.tgz" profiles)
+  fits "$OUT_DIR/profiles.tgz" && return 0
   # GPU-only traces: <tag>-c<C>-gpu.trace.json.gz, per rank -gpu-rank<R> at --tp > 1
-  tar_traces "$work" "$OUT/profiles.tgz" '*-gpu.trace.json.gz' '*-gpu-rank*.trace.json.gz'
-  if [ -e "$OUT/probe.tgz" ]; then
+  tar_traces "$work" "$OUT_DIR/profiles.tgz" '*-gpu.trace.json.gz' '*-gpu-rank*.trace.json.gz'
+  if [ -e "$OUT_DIR/probe.tgz" ]; then
     log "profiles.tgz too big: GPU-only traces only (probe.tgz takes the last file back)"
     return 0
   fi
-  if tar_traces "$work" "$OUT/profiles-stack.tgz" '*-stack*.trace.json.gz' \
-      && fits "$OUT/profiles-stack.tgz"; then
+  if tar_traces "$work" "$OUT_DIR/profiles-stack.tgz" '*-stack*.trace.json.gz' \
+      && fits "$OUT_DIR/profiles-stack.tgz"; then
     log "profiles.tgz too big: GPU-only traces there, the stack traces in profiles-stack.tgz"
-  elif tar_traces "$work" "$OUT/profiles-stack.tgz" '*-stack.trace.json.gz' \
-      '*-stack-rank0.trace.json.gz' && fits "$OUT/profiles-stack.tgz"; then
+  elif tar_traces "$work" "$OUT_DIR/profiles-stack.tgz" '*-stack.trace.json.gz' \
+      '*-stack-rank0.trace.json.gz' && fits "$OUT_DIR/profiles-stack.tgz"; then
     log "profiles.tgz too big: GPU-only traces there, rank 0's stack traces in profiles-stack.tgz"
   else
-    rm -f "$OUT/profiles-stack.tgz"
+    rm -f "$OUT_DIR/profiles-stack.tgz"
     log "profiles.tgz too big: GPU-only traces only (the stack traces do not fit one file)"
   fi
 }
@@ -210,7 +210,7 @@ tar_traces() {  # tar_traces WORK TGZ PATTERN...: WORK/profiles/PATTERN... into 
 }
 
 tar_logs() {  # tar_logs WORK: the server and bench logs under WORK, one folder deep
-  # included (copies of a run in WORK/<name>/), into $OUT/server-logs.tgz.
+  # included (copies of a run in WORK/<name>/), into $OUT_DIR/server-logs.tgz.
   # Only those written since budget_start: a warm machine keeps WORK, and an
   # earlier call's logs (other variants, hours older) came back mixed with
   # this call's. A server kept from an earlier call (KEEP_SERVERS) and measured
@@ -219,9 +219,9 @@ tar_logs() {  # tar_logs WORK: the server and bench logs under WORK, one folder 
   # coarser clock, so a log written at once could look older than T0.
   local since=()
   [ -n "$T0" ] && since=(-newermt "@$(( T0 - 1 ))")
-  rm -f "$OUT/server-logs.tgz"
+  rm -f "$OUT_DIR/server-logs.tgz"
   # no log of this call: no file back (and no error: tar refuses an empty archive)
   (cd "$1" && mapfile -d '' logs < <(find . -maxdepth 2 -name '*.log' "${since[@]}" -print0) \
-    && if [ ${#logs[@]} -gt 0 ]; then tar czf "$OUT/server-logs.tgz" "${logs[@]}"
+    && if [ ${#logs[@]} -gt 0 ]; then tar czf "$OUT_DIR/server-logs.tgz" "${logs[@]}"
        else log "no logs of this call under $1"; fi)
 }

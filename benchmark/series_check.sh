@@ -9,8 +9,8 @@
 #     per relayed decode step, triton vs flashinfer (patch 0006)
 #   - the startup refusal of flashinfer with SGLANG_ENABLE_OVERLAP_PLAN_STREAM=1
 #     (patch 0001; SKIP_REFUSAL=1 skips it)
-# usage: OUT=dir [SKIP_REFUSAL=1] [STALE_PLAN_CHECK=1] benchmark/series_check.sh KIT_DIR [BUDGET_S]
-# Everything lands in $OUT/series-check.tgz (+ summary.txt; $OUT: the folder
+# usage: OUT_DIR=dir [SKIP_REFUSAL=1] [STALE_PLAN_CHECK=1] benchmark/series_check.sh KIT_DIR [BUDGET_S]
+# Everything lands in $OUT_DIR/series-check.tgz (+ summary.txt; $OUT_DIR: the folder
 # that comes back, benchmark/kit/README.md), so a call cut
 # short by its time limit still returns what was done.
 KIT=$1
@@ -53,5 +53,5 @@ M=$WORK/models-small
 {
   for f in "$WORK"/*.log; do echo "== $f"; tail -n 8 "$f"; done
   for d in "$WORK"/*/probe; do echo "== $d"; cat "$d"/*.json 2>/dev/null; echo; done
-} > "$OUT/summary.txt" 2>&1
-tar czf "$OUT/series-check.tgz" -C "$WORK" --exclude='models-*' .
+} > "$OUT_DIR/summary.txt" 2>&1
+tar czf "$OUT_DIR/series-check.tgz" -C "$WORK" --exclude='models-*' .

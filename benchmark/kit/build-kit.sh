@@ -18,17 +18,17 @@ set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 FA3=
 if [ "${1:-}" = fa3 ]; then
-  FA3="--fa3-hdim ${FA3_HDIM:-128}"; OUT=${2:-.kitfa3/w}
+  FA3="--fa3-hdim ${FA3_HDIM:-128}"; DEST=${2:-.kitfa3/w}
   LIST=$(mktemp); grep '^sglang_kernel==' "${3:-$HERE/wheels-0.5.12.post1.txt}" > "$LIST" || {
     echo "build-kit: no sglang_kernel line in ${3:-$HERE/wheels-0.5.12.post1.txt}" >&2; exit 1; }
 else
   LIST=${1:-$HERE/wheels-0.5.12.post1.txt}
-  OUT=${2:-.kit/w}
+  DEST=${2:-.kit/w}
 fi
 CACHE=/tmp/sglang-kit-cache
-mkdir -p "$CACHE" "$OUT"
+mkdir -p "$CACHE" "$DEST"
 PLAT="--platform manylinux_2_28_x86_64 --platform manylinux_2_34_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_26_x86_64 --platform manylinux_2_24_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform manylinux1_x86_64 --platform any"
-rm -f "$OUT"/*.whl
+rm -f "$DEST"/*.whl
 grep -v '^#' "$LIST" | grep -v '^$' | while read -r spec extra; do
   name=${spec%%==*}; ver=${spec##*==}
   norm=$(echo "$name" | tr '-' '_')
@@ -39,10 +39,10 @@ grep -v '^#' "$LIST" | grep -v '^$' | while read -r spec extra; do
   fi
   [ -n "$f" ] || { echo "build-kit: could not get $spec" >&2; exit 1; }
   case "$norm" in
-    sglang_kernel) python3 "$HERE/slim_sgl_kernel.py" "$f" "$OUT" --zero-foreign-cubins $FA3 >/dev/null ;;
+    sglang_kernel) python3 "$HERE/slim_sgl_kernel.py" "$f" "$DEST" --zero-foreign-cubins $FA3 >/dev/null ;;
     *) if [ "${extra#drop=}" != "${extra:-}" ] && [ -n "${extra:-}" ]; then
-         python3 "$HERE/repack_wheel.py" "$f" "$OUT" --drop "${extra#drop=}" >/dev/null
-       else cp "$f" "$OUT/"; fi ;;
+         python3 "$HERE/repack_wheel.py" "$f" "$DEST" --drop "${extra#drop=}" >/dev/null
+       else cp "$f" "$DEST/"; fi ;;
   esac
 done
-echo "kit: $(ls "$OUT"/*.whl | wc -l) wheels, $(du -sh "$OUT" | cut -f1) in $OUT"
+echo "kit: $(ls "$DEST"/*.whl | wc -l) wheels, $(du -sh "$DEST" | cut -f1) in $DEST"

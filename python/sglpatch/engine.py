@@ -701,7 +701,7 @@ def check(sglang_dir: Optional[str] = None, patches_dir: Path = PATCHES_DIR) -> 
         todo = series.patches[done:]
         _staged(s, todo, series.final_hashes())
         return Outcome(
-            f"series OK; patches {_numbers(todo)}, not yet applied to {s.pkg.root}, "
+            f"series OK; patches {_numbers(todo)}, still to apply to {s.pkg.root}, "
             f"apply cleanly{skipped}",
             changed=False,
         )

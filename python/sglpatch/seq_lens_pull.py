@@ -112,8 +112,7 @@ def decide_seq_lens_pull(
             dp_attention,
             "--enable-dp-attention",
             "DP attention pads every eager forward (one runs whenever a DP rank "
-            "prefills) from the host lengths, and that path has not run on a GPU "
-            "without them",
+            "prefills) from the host lengths",
         ),
     ):
         if fact:

@@ -54,7 +54,7 @@ def test_trial_patch_applies_on_the_series_and_its_tests_pass(patch, tmp_path):
                     ignore=shutil.ignore_patterns("__pycache__"))
     res = subprocess.run(
         ["bash", "-c", f'. benchmark/lib.sh; budget_start 100; candidate_apply "{site}" "{patch}"'],
-        cwd=REPO, env=dict(os.environ, OUT=str(tmp_path)), capture_output=True, text=True)
+        cwd=REPO, env=dict(os.environ, OUT_DIR=str(tmp_path)), capture_output=True, text=True)
     assert res.returncode == 0, res.stdout + res.stderr
     # its tests, in upstream's layout, over this repository's copies of the series' tests
     tests = tmp_path / "tests"

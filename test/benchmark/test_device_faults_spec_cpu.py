@@ -23,7 +23,7 @@ def device(tmp_path, script, gpus, args=(), **env):
     sp.mkdir()
     (sb / ".kit-installed").write_text("")  # installed and patched by an earlier call
     (sp / ".series-applied").write_text("")
-    e = dict(os.environ, OUT=str(tmp_path / "out"), PATH=f"{stub}:{os.environ['PATH']}",
+    e = dict(os.environ, OUT_DIR=str(tmp_path / "out"), PATH=f"{stub}:{os.environ['PATH']}",
              SITE_BASE=str(sb), SITE_PATCHED=str(sp), FAULTS_WORK=str(tmp_path / "work"),
              SPEC_WORK=str(tmp_path / "work"), **env)
     res = subprocess.run(["bash", f"benchmark/{script}", ".kit", "500", *args], cwd=REPO,

@@ -25,7 +25,7 @@ def modes(tmp_path, gpus, addon=False, **env):
     (sp / ".series-applied").write_text("")
     if addon:
         (sb / ".addon-.kitfa3").write_text("")
-    e = dict(os.environ, OUT=str(tmp_path / "out"), PATH=f"{stub}:{os.environ['PATH']}",
+    e = dict(os.environ, OUT_DIR=str(tmp_path / "out"), PATH=f"{stub}:{os.environ['PATH']}",
              SITE_BASE=str(sb), SITE_PATCHED=str(sp), MODES_WORK=str(tmp_path / "work"),
              **env)
     res = subprocess.run(["bash", "benchmark/device_modes.sh", ".kit", "500"], cwd=REPO,

@@ -173,8 +173,8 @@ def test_fault_records_validate_pool_and_render():
     data = {"card": "H200", "date": "2026-11-26", "model_preset": "small", "runs": [],
             "greedy_equivalence": [], "faults": [FAULT]}
     results.validate(data)
-    pooled = results.pool(results.pool(None, data, "call 1"), data, "call 2")
-    assert [f["call"] for f in pooled["faults"]] == ["call 1", "call 2"]  # every call's kept
+    pooled = results.pool(results.pool(None, data, "run A"), data, "run B")
+    assert [f["call"] for f in pooled["faults"]] == ["run A", "run B"]  # every call's kept
     page = report.render(pooled, "x.json")
     assert "## Load and faults" in page and "| patched EAGLE3 triton pcg tp2 | 64 | 21 | 22 |" in page
     assert "cut #3: TimeoutError: x" in page

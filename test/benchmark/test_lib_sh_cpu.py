@@ -11,7 +11,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 
 def sh(script, tmp_path, path_prefix=None):
-    env = dict(os.environ, OUT=str(tmp_path / "out"))
+    env = dict(os.environ, OUT_DIR=str(tmp_path / "out"))
     if path_prefix:
         env["PATH"] = f"{path_prefix}:{env['PATH']}"
     return subprocess.run(["bash", "-c", f". benchmark/lib.sh; budget_start 100; {script}"],

@@ -145,16 +145,16 @@ def test_pool_keeps_every_calls_repeats():
               "piecewise_cuda_graph": True, "prompts": 64, "mismatched_prompts": 0}
     one = _data([_sampled("base", [1.0, 1.2]), _sampled("base", [2.0], c=8)], greedy=[greedy])
     two = _data([_sampled("base", [1.1, 0.9, 1.4])], greedy=[dict(greedy, prompts=16)])
-    data = results.pool(results.pool(None, one, "call 1"), two, "call 2")
+    data = results.pool(results.pool(None, one, "run A"), two, "run B")
     runs = {r["concurrency"]: r for r in data["runs"]}
     c1 = runs[1]
-    assert c1["repeats"] == 5 and c1["calls"] == ["call 1", "call 2"]
+    assert c1["repeats"] == 5 and c1["calls"] == ["run A", "run B"]
     assert c1["tpot_ms_median"] == 1.1 and c1["tpot_ms_spread"] == pytest.approx(0.5)
     assert [s["tpot_ms"] for s in c1["samples"]] == [1.0, 1.2, 1.1, 0.9, 1.4]
-    assert runs[8]["repeats"] == 1 and runs[8]["calls"] == ["call 1"]
+    assert runs[8]["repeats"] == 1 and runs[8]["calls"] == ["run A"]
     # both greedy checks stay, each with its call; a replace would lose one
     assert [(g["prompts"], g["call"]) for g in data["greedy_equivalence"]] == [
-        (64, "call 1"), (16, "call 2")]
+        (64, "run A"), (16, "run B")]
     results.validate(data)
 
 
@@ -164,10 +164,10 @@ def test_pool_keeps_the_profiles_of_every_call():
             "with_stack": False, "window_us_per_step": 4000.0}
     one = dict(_data([]), profiles=[prof])
     two = dict(_data([]), profiles=[dict(prof, window_us_per_step=4100.0)])
-    data = results.pool(results.pool(None, one, "call 1"), two, "call 2")
+    data = results.pool(results.pool(None, one, "run A"), two, "run B")
     # the same server setting profiled in two calls: two records, not one
     assert [(p["window_us_per_step"], p["call"]) for p in data["profiles"]] == [
-        (4000.0, "call 1"), (4100.0, "call 2")]
+        (4000.0, "run A"), (4100.0, "run B")]
     # a plain merge (one call's file written twice) replaces by key
     assert len(results.merge(one, two)["profiles"]) == 1
 
@@ -180,11 +180,11 @@ def test_cli_merge_pool_labels_calls(tmp_path):
         paths.append(str(p))
     into = tmp_path / "machine.json"
     res = subprocess.run([sys.executable, os.path.join(BENCH, "e2e.py"), "merge", "--pool",
-                          str(into), *paths, "--label", "call 2", "--label", "call 3"],
+                          str(into), *paths, "--label", "run B", "--label", "run C"],
                          capture_output=True, text=True)
     assert res.returncode == 0, res.stderr
     (run,) = json.loads(into.read_text())["runs"]
-    assert run["repeats"] == 4 and run["calls"] == ["call 2", "call 3"]
+    assert run["repeats"] == 4 and run["calls"] == ["run B", "run C"]
     assert run["tpot_ms_median"] == pytest.approx(1.05)
     bad = subprocess.run([sys.executable, os.path.join(BENCH, "e2e.py"), "merge", "--pool",
                           str(tmp_path / "x.json"), *paths, "--label", "only one"],
@@ -205,13 +205,13 @@ def test_pool_checks_greedy_across_calls_by_digest():
         _greedy_run("base", "EAGLE3", "aa", prompts=16),       # no 16-prompt reference
         _greedy_run("upstream-0.5.13", "EAGLE3", "dd"),        # differs: no count, no entry
         _greedy_run("patched", "EAGLE3", "aa")])               # no patched no-spec run
-    data = results.pool(results.pool(None, nospec, "call 1"), eagle, "call 2")
+    data = results.pool(results.pool(None, nospec, "run A"), eagle, "run B")
     (entry,) = data["greedy_equivalence"]
     assert (entry["variant"], entry["prompts"], entry["mismatched_prompts"]) == ("base", 64, 0)
-    assert entry["by"] == "sha256" and entry["calls"] == ["call 2", "call 1"]
+    assert entry["by"] == "sha256" and entry["calls"] == ["run B", "run A"]
     results.validate(data)
     # pooling a third call adds no second entry for the same pair
-    again = results.pool(data, dict(_data([]), greedy_runs=[]), "call 3")
+    again = results.pool(data, dict(_data([]), greedy_runs=[]), "run C")
     assert len(again["greedy_equivalence"]) == 1
 
 
@@ -274,7 +274,7 @@ def test_paired_ratios_of_older_files_go_by_position():
 
 
 def test_pooled_calls_pair_repeats_within_their_own_call():
-    # call 1 lost patched's second repeat to its deadline; by position,
+    # run A lost patched's second repeat to its deadline; by position,
     # patched's call-2 repeat 0 would meet base's call-1 repeat 1
     one = _data([_with_reps(_sampled("base", [1.0, 5.0]), [0, 1]),
                  _with_reps(_sampled("patched", [0.9]), [0])])

@@ -231,7 +231,7 @@ def test_reprofile_reads_the_traces_again_and_keeps_each_points_identity(tmp_pat
     profile = {"variant": "patched", "attention_backend": "default", "speculative": "EAGLE3",
                "overlap": True, "piecewise_cuda_graph": True, "concurrency": 1, "rank": 0,
                "with_stack": False, "trace": "p-c1-gpu.trace.json.gz", "steps": 2,
-               "call": "call 2", "gpu_idle_us_per_step": 1.0}  # a stale summary
+               "call": "run B", "gpu_idle_us_per_step": 1.0}  # a stale summary
     data = {"card": "GPU", "date": "2026-11-27", "model_preset": "small", "runs": [],
             "greedy_equivalence": [], "profiles": [profile]}
     path = tmp_path / "r.json"
@@ -247,15 +247,15 @@ def test_reprofile_reads_the_traces_again_and_keeps_each_points_identity(tmp_pat
     before = path.read_text()
     out = _reprofile(path, tmp_path / "elsewhere")
     assert out.returncode != 0 and "lacks p-c1-gpu.trace.json.gz" in out.stderr
-    out = _reprofile(path, tmp_path, "--call", "call 3")
-    assert out.returncode != 0 and "has no profiles of call 'call 3'" in out.stderr
+    out = _reprofile(path, tmp_path, "--call", "run C")
+    assert out.returncode != 0 and "has no profiles of call 'run C'" in out.stderr
     assert path.read_text() == before
     # two calls pooled into one file may name their traces alike: pick one
-    data["profiles"].append(dict(profile, call="call 3", gpu_idle_us_per_step=1.0))
+    data["profiles"].append(dict(profile, call="run C", gpu_idle_us_per_step=1.0))
     path.write_text(json.dumps(data))
     out = _reprofile(path, tmp_path)
     assert out.returncode != 0 and "name one with --call" in out.stderr
-    assert _reprofile(path, tmp_path, "--call", "call 3").returncode == 0
+    assert _reprofile(path, tmp_path, "--call", "run C").returncode == 0
     first, third = json.loads(path.read_text())["profiles"]
     assert (first["gpu_idle_us_per_step"], third["gpu_idle_us_per_step"]) == (1.0, 195)
 

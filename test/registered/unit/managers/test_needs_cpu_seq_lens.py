@@ -227,7 +227,7 @@ class TestSchedulerWiring(CustomTestCase):
 
     def test_dp_attention_keeps_the_pull(self):
         # Its eager forwards are padded from the host lengths
-        # (prepare_mlp_sync_batch), a path not yet run on a GPU without them.
+        # (prepare_mlp_sync_batch).
         worker = _eagle_v2_worker(_triton(), _triton_draft(), _triton())
         sched = self._scheduler(SpeculativeAlgorithm.EAGLE3, worker)
         backends = sched._overlap_attn_backends()

@@ -196,7 +196,7 @@ class TestRunBatchPublishesAtVerify(CustomTestCase):
 
     def test_worker_without_the_hook_publishes_after_the_forward(self):
         fm, batch, worker = self._run(_WorkerWithoutHook)
-        self.assertEqual(worker.relay_at_draft_extend, [0, 0])  # not yet
+        self.assertEqual(worker.relay_at_draft_extend, [0, 0])  # none at draft extend
         self.assertTrue(batch.spec_info.future_indices.seq_lens_pending)
         fm.resolve_seq_lens_cpu(batch)
         self.assertEqual(batch.seq_lens.tolist(), [12, 23])
@@ -239,7 +239,7 @@ class TestPrepareForDecodeCopiesWithoutBlocking(CustomTestCase):
         with mock.patch.object(torch.Tensor, "to", to):
             batch.prepare_for_decode()
         self.assertEqual(batch.forward_mode, ForwardMode.DECODE)
-        # cur = allocated so far; nxt = committed + 2 * alloc_len_per_decode
+        # cur = allocated before this step; nxt = committed + 2 * alloc_len_per_decode
         self.assertEqual(self.assigned, [([5, 6], [9, 10])])
         self.assertGreaterEqual(len(copies), 2)
         self.assertTrue(all(copies), f"blocking device copies: {copies}")
