@@ -2,39 +2,12 @@
 stand-in python3 and nvidia-smi: which shape or backend runs on which GPUs,
 in which order, with which options."""
 
-import os
-import subprocess
-
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from device_stub import opt, run_script
 
 
 def device(tmp_path, script, gpus, args=(), **env):
-    stub = tmp_path / "bin"
-    stub.mkdir()
-    # python3 records its GPUs and arguments; a harness call ends at once
-    (stub / "python3").write_text(
-        f'#!/bin/bash\necho "$CUDA_VISIBLE_DEVICES|$*" >> {tmp_path}/calls\n')
-    (stub / "nvidia-smi").write_text(
-        f'#!/bin/bash\nfor i in $(seq {gpus}); do echo "NVIDIA H100 80GB HBM3"; done\n')
-    for f in ("python3", "nvidia-smi"):
-        (stub / f).chmod(0o755)
-    sb, sp = tmp_path / "sb", tmp_path / "sp"
-    sb.mkdir()
-    sp.mkdir()
-    (sb / ".kit-installed").write_text("")  # installed and patched by an earlier call
-    (sp / ".series-applied").write_text("")
-    e = dict(os.environ, OUT_DIR=str(tmp_path / "out"), PATH=f"{stub}:{os.environ['PATH']}",
-             SITE_BASE=str(sb), SITE_PATCHED=str(sp), FAULTS_WORK=str(tmp_path / "work"),
-             SPEC_WORK=str(tmp_path / "work"), **env)
-    res = subprocess.run(["bash", f"benchmark/{script}", ".kit", "500", *args], cwd=REPO,
-                         env=e, capture_output=True, text=True, timeout=120)
-    calls = (tmp_path / "calls").read_text().splitlines() if (tmp_path / "calls").exists() else []
-    runs = [c.split("|", 1) for c in calls if "benchmark/e2e.py" in c]
-    return res, [(g, a.split()) for g, a in runs]
-
-
-def opt(args, name):
-    return args[args.index(name) + 1]
+    res, runs = run_script(tmp_path, script, gpus, args, **env)
+    return res, [(g, a) for g, a in runs if a[0] == "benchmark/e2e.py"]
 
 
 def shape_of(args):
