@@ -43,7 +43,7 @@ shape() {  # shape NAME GPUS PORT_BASE DEADLINE_S [extra e2e options]
   rm -rf "${WORK:?}/$name"
   CUDA_VISIBLE_DEVICES=$devices python3 benchmark/e2e.py run \
     --variant "base=$SB" --variant "patched=$SP" --no-apply \
-    --side-by-side --max-total-tokens 6000 --no-bench --faults \
+    --side-by-side --start-together --max-total-tokens 6000 --no-bench --faults \
     --work-dir "$WORK/$name" --out-dir "$WORK/$name/out" --port-base "$port" \
     --deadline-s "$deadline" "$@" 2>&1 | sed -u "s/^/[$name] /" >> "$OUT_DIR/compare.log"
   local rc=${PIPESTATUS[0]}
@@ -53,18 +53,18 @@ shape() {  # shape NAME GPUS PORT_BASE DEADLINE_S [extra e2e options]
 want() { [[ ",$SHAPES," == *",$1,"* ]]; }
 log "faults: shapes $SHAPES on $gpus GPUs, KV pool 6000 tokens per server"
 if [ "$gpus" -ge 4 ] || ! want tp2; then
-  want tp1 && shape tp1 0 30000 $(( $(left) - 25 )) "$@" &
-  want disagg && shape disagg 1 31000 $(( $(left) - 25 )) --disaggregation-decode "$@" &
-  want tp2 && shape tp2 2,3 32000 $(( $(left) - 25 )) --tp 2 "$@" &
+  want tp1 && shape tp1 0 40000 $(( $(left) - 25 )) "$@" &
+  want disagg && shape disagg 1 41000 $(( $(left) - 25 )) --disaggregation-decode "$@" &
+  want tp2 && shape tp2 2,3 42000 $(( $(left) - 25 )) --tp 2 "$@" &
   wait
 else  # 2 GPUs and tp2: the one-GPU shapes first, with half the time left
   if want tp1 || want disagg; then
     first=$(( ($(left) - 25) / 2 ))
-    want tp1 && shape tp1 0 30000 "$first" "$@" &
-    want disagg && shape disagg 1 31000 "$first" --disaggregation-decode "$@" &
+    want tp1 && shape tp1 0 40000 "$first" "$@" &
+    want disagg && shape disagg 1 41000 "$first" --disaggregation-decode "$@" &
     wait
   fi
-  shape tp2 0,1 32000 $(( $(left) - 25 )) --tp 2 "$@"
+  shape tp2 0,1 42000 $(( $(left) - 25 )) --tp 2 "$@"
 fi
 tar_logs "$WORK"
 grep -hE "fault storm|idle: greedy|ERROR|Traceback" "$OUT_DIR/compare.log" | tail -40

@@ -79,7 +79,7 @@ for (( g = 0; g < gpus && g < ${#backends[@]}; g++ )); do
   (
     for (( j = g; j < ${#backends[@]}; j += gpus )); do
       share=$(( ($(left) - 30) / (per_gpu - (j - g) / gpus) ))
-      spec_backend "${backends[$j]}" "$g" $(( 30000 + 1000 * j )) \
+      spec_backend "${backends[$j]}" "$g" $(( 44000 + 1000 * j )) \
         $(( $(date +%s) + share )) "$@"
     done
   ) &

@@ -96,3 +96,17 @@ def test_spec_auto_check_keeps_its_server_logs_apart(tmp_path):
     assert res.returncode == 0, res.stdout + res.stderr
     compare, auto = [a for g, a in runs if g == "0"]
     assert opt(auto, "--work-dir") != opt(compare, "--work-dir")
+
+
+def test_two_scripts_at_once_take_ports_apart(tmp_path):
+    ports = {}
+    for script, gpus, env in (("device_modes.sh", 8, {"ADDON": ""}),
+                              ("device_faults.sh", 4, {}), ("device_spec.sh", 2, {})):
+        d = tmp_path / script
+        d.mkdir()
+        res, runs = run_script(d, script, gpus, addon=True, **env)
+        assert res.returncode == 0, res.stdout + res.stderr
+        ports[script] = {int(opt(a, "--port-base")) for _, a in runs}
+    # each server takes its port and a few above it (DP attention: + 238)
+    spans = sorted((min(p), max(p) + 1000) for p in ports.values())
+    assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:])), spans
