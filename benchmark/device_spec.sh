@@ -6,7 +6,8 @@
 # before it picks them and crashes at its first decode (0015's page), so the
 # comparison launches both builds with those parameters given:
 #   each backend of BACKENDS (default: triton,default) on a GPU of its own
-#   (more backends than GPUs: in turn), base and patched side by side,
+#   (more backends than GPUs: in turn), base and patched side by side
+#   (default: fa3, what the auto launch picks on Hopper),
 #   `e2e.py run --spec-steps 5 --spec-topk 4 --spec-draft-tokens 8` with the
 #   e2e options given -> spec-<backend>.json
 #   then the patched build alone with `--spec-auto` (only the draft path), a
@@ -46,12 +47,16 @@ TREE=(--speculative EAGLE3 --spec-steps 5)
 
 spec_backend() {  # spec_backend BACKEND GPU PORT_BASE DEADLINE_S [e2e options]
   local be=$1 gpu=$2 port=$3 end=$4; shift 4
-  local dir=$WORK/$be
+  local dir=$WORK/$be cmp=$be
+  # sglang picks the default backend before the EAGLE parameters: the auto
+  # launch gets fa3 on Hopper, where one that names topk 4 gets flashinfer;
+  # so the comparison names the backend the auto launch runs
+  [ "$be" = default ] && cmp=fa3
   rm -rf "$dir/out" "$dir/auto" "$dir-auto"/*.log
-  log "$be: GPU $gpu, base and patched at 5/4/8, then patched with sglang's choice"
+  log "$be: GPU $gpu, base and patched at 5/4/8 ($cmp), then patched with sglang's choice"
   CUDA_VISIBLE_DEVICES=$gpu python3 benchmark/e2e.py run \
     --variant "base=$SB" --variant "patched=$SP" --no-apply \
-    "${TREE[@]}" --spec-topk 4 --spec-draft-tokens 8 --attention-backend "$be" \
+    "${TREE[@]}" --spec-topk 4 --spec-draft-tokens 8 --attention-backend "$cmp" \
     --side-by-side --start-together --max-total-tokens "$KV_TOKENS" \
     --work-dir "$dir" --out-dir "$dir/out" --port-base "$port" \
     --deadline-s $(( end - $(date +%s) - AUTO_S )) "$@" 2>&1 \

@@ -57,9 +57,9 @@ def test_spec_compares_the_explicit_tree_then_checks_the_auto_launch(tmp_path):
     for g, a in runs:
         by_gpu.setdefault(g, []).append(a)
     assert sorted(by_gpu) == ["0", "1"]
-    for g, be in (("0", "triton"), ("1", "default")):
+    for g, be, cmp in (("0", "triton", "triton"), ("1", "default", "fa3")):
         compare, auto = by_gpu[g]
-        assert opt(compare, "--attention-backend") == opt(auto, "--attention-backend") == be
+        assert (opt(compare, "--attention-backend"), opt(auto, "--attention-backend")) == (cmp, be)
         assert [x.split("=")[0] for x in compare if x.startswith(("base=", "patched="))] \
             == ["base", "patched"]
         assert (opt(compare, "--spec-steps"), opt(compare, "--spec-topk"),
@@ -78,7 +78,7 @@ def test_spec_with_one_gpu_runs_the_backends_in_turn(tmp_path):
     assert res.returncode == 0, res.stdout + res.stderr
     assert [(g, opt(a, "--attention-backend"), "--spec-auto" in a) for g, a in runs] == [
         ("0", "triton", False), ("0", "triton", True),
-        ("0", "default", False), ("0", "default", True)]
+        ("0", "fa3", False), ("0", "default", True)]
     # the first backend leaves the second about half the call
     assert int(opt(runs[1][1], "--deadline-s")) < 300
 
@@ -87,7 +87,7 @@ def test_spec_without_the_auto_check_gives_the_comparison_the_time(tmp_path):
     res, runs = device(tmp_path, "device_spec.sh", 1, BACKENDS="default", AUTO="0")
     assert res.returncode == 0, res.stdout + res.stderr
     assert [("--spec-auto" in a, opt(a, "--attention-backend")) for _, a in runs] == [
-        (False, "default")]
+        (False, "fa3")]
     assert int(opt(runs[0][1], "--deadline-s")) > 440
 
 
