@@ -24,8 +24,8 @@ import sizing
 import trace_steps
 from bench import BenchRunner, probe_throughput, run_bench
 from builds import apply_series, detect_card, ensure_models, load_fmap, parse_variant, variant_env
+from cpus import cpu_list, pin_cpus
 from options import RunOptions
-from pairs import cpu_cores, cpu_slices
 from server import Server, free_port, group_alive, server_command, sglpatch_line
 
 
@@ -238,7 +238,7 @@ def cmd_run(opts: RunOptions):
                     for be in opts.attention_backend for ov in opts.overlap
                     for spec, pw in settings(opts)]
     if opts.pin_cpus:
-        st.server_cpus = pin_cpus(st, len(members) if opts.side_by_side else 1)
+        st.server_cpus = pin_cpus(st.log, len(members) if opts.side_by_side else 1)
     take_kept_servers(st, opts, members, target, draft)
     for group in server_groups(members, opts.side_by_side):
         need = 60 if all(m.spec == "none" for m in group) else 90
@@ -284,53 +284,6 @@ class Member:
 
     def run_key(self, c):
         return (self.var, self.be, self.spec, self.ov, self.pw, c)
-
-
-def pin_sets(cores, k):
-    """CPU sets for k servers that run at once and for the harness (this
-    process and the bench clients it starts), each made of whole physical
-    cores (`cores`: logical CPUs grouped by core, pairs.cpu_cores), so no
-    server shares a core, or its hyperthread sibling, with another server
-    or the client. The harness, one asyncio client at a time, gets one core
-    and whatever does not divide evenly; the servers equal shares of the
-    rest. (server sets, harness set), or None with fewer than k + 1 cores."""
-    if not cores or len(cores) < k + 1:
-        return None
-    taken = (len(cores) - 1) // k * k  # the cores that divide evenly, the client's core left out
-    return cpu_slices(cores[:taken], k), sorted(cpu for core in cores[taken:] for cpu in core)
-
-
-def cpu_list(cpus):
-    """[0, 1, 2, 8, 9] -> "0-2,8-9" (taskset's notation)."""
-    out, start = [], None
-    for i, c in enumerate(cpus):
-        if start is None:
-            start = c
-        if i + 1 == len(cpus) or cpus[i + 1] != c + 1:
-            out.append(f"{start}-{c}" if c != start else f"{c}")
-            start = None
-    return ",".join(out)
-
-
-def pin_cpus(st, k, cores=None):
-    """--pin-cpus: pin this process (the bench clients it starts inherit it)
-    and return the CPU set of each of the k servers of a group; None, said
-    in the log, where the machine has too few cores or no readable topology
-    (the run then goes on unpinned, and its results say so)."""
-    if cores is None:
-        # SGLPATCH_CPU_SYSFS: where the CPU topology is read (a container
-        # without /sys topology can name a copy; the tests name a fake one)
-        cores = cpu_cores(os.environ.get("SGLPATCH_CPU_SYSFS", "/sys/devices/system/cpu"))
-    plan = pin_sets(cores, k)
-    if plan is None:
-        st.log(f"pin: {len(cores or [])} physical cores cannot give each of {k} "
-               "server(s) and the bench client its own; not pinned")
-        return None
-    servers, harness = plan
-    os.sched_setaffinity(0, harness)
-    st.log("pin: servers on CPUs " + " | ".join(map(cpu_list, servers))
-           + f", bench client on {cpu_list(harness)}")
-    return servers
 
 
 def server_groups(members, side_by_side):
