@@ -26,7 +26,7 @@ from bench import BenchRunner, probe_throughput, run_bench
 from builds import apply_series, detect_card, ensure_models, load_fmap, parse_variant, variant_env
 from cpus import cpu_list, pin_cpus
 from options import RunOptions
-from server import Server, free_port, group_alive, server_command, sglpatch_line
+from server import Server, free_port, server_command, sglpatch_line
 
 
 class Run:
@@ -52,6 +52,7 @@ class Run:
         self.fmap, self.prompts, self.model_meta = None, [], {}
         self.greedy_debug = {}  # greedy key -> debug-check counts of that server
         self.server_cpus = None  # --pin-cpus: a CPU set per server of a group
+        self.kept = keep.KeptServers(opts.work_dir, self.log)  # --keep-servers
         self.runner = BenchRunner(opts.bench_runner, self.log)
         self.log_file = open(os.path.join(opts.out_dir, "e2e-log.txt"), "a")
 
@@ -239,7 +240,8 @@ def cmd_run(opts: RunOptions):
                     for spec, pw in settings(opts)]
     if opts.pin_cpus:
         st.server_cpus = pin_cpus(st.log, len(members) if opts.side_by_side else 1)
-    take_kept_servers(st, opts, members, target, draft)
+    fingerprint_members(st, opts, members, target, draft)
+    st.kept.take({m.fingerprint for m in members} if opts.keep_servers else set())
     for group in server_groups(members, opts.side_by_side):
         need = 60 if all(m.spec == "none" for m in group) else 90
         if st.time_left() < need:
@@ -255,9 +257,7 @@ def cmd_run(opts: RunOptions):
             st.errors.append(f"{names}: {e}"[:2000])
             st.log(f"ERROR {names}: {e}")
         st.write()
-    for r in st.kept_by_fingerprint.values():  # kept for a server that did not run
-        st.log(f"stop the server an earlier run kept: {r['tag']} (its group did not run)")
-        keep.stop(r["pgid"])
+    st.kept.stop_unadopted()
     st.runner.close()
     data = st.write()
     print(results.table(data))
@@ -314,42 +314,22 @@ def member_command(opts: RunOptions, m, target, draft, port):
                           dp_attention=opts.enable_dp_attention)
 
 
-def member_fingerprint(st, opts: RunOptions, m, i, target, draft):
-    cpus = st.server_cpus[i] if st.server_cpus else None
-    return keep.fingerprint(m.tag, member_command(opts, m, target, draft, 0), m.env, cpus)
-
-
-def take_kept_servers(st, opts: RunOptions, members, target, draft):
-    """Servers an earlier run kept (benchmark/keep.py): with --keep-servers
-    those whose launch matches one of this run's servers and that still
-    run are reused (st.kept_by_fingerprint); every other one is stopped
-    now, before this run's servers need the GPU."""
-    st.kept_by_fingerprint, st.kept_records = {}, []
+def fingerprint_members(st, opts: RunOptions, members, target, draft):
+    """Each member's launch fingerprint (keep.fingerprint), by which a server
+    an earlier run kept is matched to it (benchmark/keep.py)."""
     for group in server_groups(members, opts.side_by_side):  # serve_group goes by it
         for i, m in enumerate(group):  # i: its CPU set's index within its group
-            m.fingerprint = member_fingerprint(st, opts, m, i, target, draft)
-    records = keep.load(opts.work_dir)
-    wanted = {m.fingerprint for m in members} if opts.keep_servers else set()
-    for r in records:
-        if (r.get("fingerprint") in wanted and r["fingerprint"] not in st.kept_by_fingerprint
-                and group_alive(r["pgid"])):
-            st.kept_by_fingerprint[r["fingerprint"]] = r
-        else:
-            st.log(f"stop the server an earlier run kept: {r.get('tag')} (port {r.get('port')})")
-            keep.stop(r["pgid"])
-            if r.get("log_path") and os.path.exists(r["log_path"]):
-                os.remove(r["log_path"])  # an earlier call's: not this run's evidence
-    keep.save(opts.work_dir, [])  # rewritten as this run keeps its servers
+            cpus = st.server_cpus[i] if st.server_cpus else None
+            cmd = member_command(opts, m, target, draft, 0)
+            m.fingerprint = keep.fingerprint(m.tag, cmd, m.env, cpus)
 
 
 def serve_group(st, opts: RunOptions, group, target, draft, vocab):
     kept_now = set()  # tags of servers left running when the group ends
     with contextlib.ExitStack() as stack:
         used = set()
-        # tag -> the record of the kept server it reuses; taken from the list
-        # only once adopted: one left there when the group fails is stopped
-        # at the end of the run
-        kept_for = {m.tag: st.kept_by_fingerprint.get(m.fingerprint) for m in group}
+        # tag -> the record of the kept server it reuses (st.kept.adopt)
+        kept_for = {m.tag: st.kept.record_for(m.fingerprint) for m in group}
         for i, m in enumerate(group):
             cpus = st.server_cpus[i] if st.server_cpus else None
             kept = kept_for[m.tag]
@@ -366,9 +346,7 @@ def serve_group(st, opts: RunOptions, group, target, draft, vocab):
             m.srv = Server(cmd, m.env, log_path, start_timeout=start_timeout(st), cpus=cpus)
             stack.callback(lambda m=m: m.tag in kept_now or m.srv.__exit__())
             if kept:
-                st.kept_by_fingerprint.pop(m.fingerprint)
-                m.srv.adopt(kept["pgid"], kept["start_s"])
-                st.log(f"reuse {m.tag}: the server an earlier run kept (port {port})")
+                st.kept.adopt(m)
                 continue
             st.log(f"launch {m.tag}: {' '.join(cmd[1:])}")
             m.srv.launch()
@@ -378,7 +356,7 @@ def serve_group(st, opts: RunOptions, group, target, draft, vocab):
         def keep_on_success(exc_type, exc, tb):
             # runs before the servers' own callbacks (last in, first out)
             if exc_type is None and opts.keep_servers:
-                keep_servers(st, opts, group, kept_now)
+                st.kept.keep(group, kept_now)
             return False
 
         stack.push(keep_on_success)
@@ -416,23 +394,6 @@ def serve_group(st, opts: RunOptions, group, target, draft, vocab):
                 st.log(f"  deadline: stop at rep {rep} c={c} ({m.tag})")
                 return
             bench_point(st, opts, m, rep, c, target, vocab)
-
-
-def keep_servers(st, opts: RunOptions, group, kept_now):
-    """--keep-servers: list the group's running servers in the work dir's
-    registry for the next run, and leave them running."""
-    for m in group:
-        if m.srv.proc is None or m.srv.proc.poll() is not None:
-            continue
-        kept_now.add(m.tag)
-        if m.srv.log is not None:
-            m.srv.log.close()  # ours only: the server writes through its own
-        st.kept_records.append({"tag": m.tag, "fingerprint": m.fingerprint,
-                                "port": m.srv.port, "pgid": m.srv.proc.pid,
-                                "log_path": m.srv.log_path,
-                                "start_s": round(m.srv.start_s, 1)})
-        st.log(f"  keep {m.tag} running (port {m.srv.port}) for the next run")
-    keep.save(opts.work_dir, st.kept_records)
 
 
 def greedy_check(st, opts: RunOptions, m):
