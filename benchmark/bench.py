@@ -81,13 +81,15 @@ class BenchRunner:
         self.workers = {}
 
 
-def run_bench(runner, srv, env, a, target, conc, num_prompts, out_file):
+def run_bench(runner, srv, env, opts, target, conc, num_prompts, out_file):
+    """One bench_serving point at `conc` of `num_prompts` prompts (`opts`: the
+    run's options.RunOptions): (sample, the bench_serving command line)."""
     argv = ["--backend", "sglang", "--host", "127.0.0.1", "--port", str(srv.port),
             "--model", target, "--tokenizer", target,
             "--dataset-name", "random-ids", "--tokenize-prompt",
-            "--random-input-len", str(a.input_len), "--random-output-len", str(a.output_len),
+            "--random-input-len", str(opts.input_len), "--random-output-len", str(opts.output_len),
             "--random-range-ratio", "1.0", "--num-prompts", str(num_prompts),
-            "--max-concurrency", str(conc), "--seed", str(a.seed),
+            "--max-concurrency", str(conc), "--seed", str(opts.seed),
             "--output-file", out_file, "--disable-tqdm"]
     srv.reset_spec_counters()  # accept length of this point only
     t0 = time.time()

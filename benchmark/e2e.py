@@ -33,10 +33,9 @@ call, unpacked) and rewrites the summaries of the results file's profiles
 with the current `trace_steps.py`, so a measure added later covers traces
 already taken.
 
-Modules: run.py (the run loop), builds.py (variants, models), bench.py
-(bench_serving points), faults.py (--faults), mixed.py (--mixed-load),
-sweep.py, report.py,
-results.py (schema, merge).
+Modules: run.py (the run loop), options.py (its options), builds.py
+(variants, models), bench.py (bench_serving points), faults.py (--faults),
+mixed.py (--mixed-load), sweep.py, report.py, results.py (schema, merge).
 
 A variant is NAME or NAME=SITE: SITE is a directory put first on PYTHONPATH
 (an sglang installed with `pip install --target SITE`); without it the
@@ -59,6 +58,7 @@ import report  # noqa: E402
 import results  # noqa: E402
 import trace_steps  # noqa: E402
 from builds import parse_variant  # noqa: E402
+from options import RunOptions  # noqa: E402
 from run import cmd_run  # noqa: E402
 from sweep import cmd_sweep  # noqa: E402
 
@@ -78,49 +78,52 @@ def build_parser():
                                  formatter_class=argparse.RawDescriptionHelpFormatter,
                                  epilog=__doc__[__doc__.index("A variant"):])
     sub = ap.add_subparsers(dest="cmd", required=True)
-    r = sub.add_parser("run", help="launch servers, check, measure")
-    r.add_argument("--variant", action="append", default=None,
+    # no defaults here: an option not given is left out of the namespace and
+    # takes its default from options.RunOptions
+    r = sub.add_parser("run", help="launch servers, check, measure",
+                       argument_default=argparse.SUPPRESS)
+    r.add_argument("--variant", action="append",
                    help="base | patched | upstream-0.5.13, optionally =SITE "
                    "(repeatable; default: base)")
     r.add_argument("--no-apply", action="store_true",
                    help="patched: do not run sglpatch apply")
-    r.add_argument("--preset", default="small",
+    r.add_argument("--preset",
                    help="tiny | small | llama-8b-shape | qwen3-small (a Qwen3 target: "
                    "the preset for --enable-dp-attention) | qwen3-tiny")
-    r.add_argument("--models-dir", default=None,
+    r.add_argument("--models-dir",
                    help="where the model pair is built/reused "
                    "(default: <work-dir>/models-<preset>)")
-    r.add_argument("--accept-steps", type=int, default=3,
+    r.add_argument("--accept-steps", type=int,
                    help="draft right for its first K tokens (3 = all)")
-    r.add_argument("--draft-accuracy", type=float, default=0.8,
+    r.add_argument("--draft-accuracy", type=float,
                    help="per-token chance a draft token is right "
                    "(0.8 with K=3 gives accept length ~2.95)")
-    r.add_argument("--attention-backend", type=csv(str), default=["triton"],
+    r.add_argument("--attention-backend", type=csv(str),
                    help="comma list, e.g. triton,flashinfer,fa3; `default`: no flag, "
                         "the backend sglang picks for the model and GPU")
-    r.add_argument("--overlap", type=csv(onoff), default=[True],
+    r.add_argument("--overlap", type=csv(onoff),
                    help="comma list of on/off (off = --disable-overlap-schedule)")
-    r.add_argument("--piecewise", type=csv(onoff), default=[True, False],
+    r.add_argument("--piecewise", type=csv(onoff),
                    help="comma list of default/disabled (--disable-piecewise-cuda-graph)")
-    r.add_argument("--speculative", type=csv(str), default=["none", "EAGLE3"],
+    r.add_argument("--speculative", type=csv(str),
                    help="comma list of EAGLE3/none")
-    r.add_argument("--nospec-piecewise", choices=["first", "all"], default="first",
+    r.add_argument("--nospec-piecewise", choices=["first", "all"],
                    help="no-spec servers only at the first --piecewise setting "
                    "(default, saves a server start per call) or at all")
-    r.add_argument("--concurrency", type=csv(int), default=[1, 8, 32])
-    r.add_argument("--repeats", type=int, default=3)
-    r.add_argument("--min-seconds", type=float, default=10.0,
+    r.add_argument("--concurrency", type=csv(int))
+    r.add_argument("--repeats", type=int)
+    r.add_argument("--min-seconds", type=float,
                    help="size each bench point to last at least this long")
-    r.add_argument("--input-len", type=int, default=256)
-    r.add_argument("--output-len", type=int, default=256)
-    r.add_argument("--seed", type=int, default=1, help="bench_serving --seed")
-    r.add_argument("--greedy-prompts", type=int, default=64)
-    r.add_argument("--greedy-new-tokens", type=int, default=64)
-    r.add_argument("--spec-steps", type=int, default=3)
-    r.add_argument("--spec-topk", type=int, default=1,
+    r.add_argument("--input-len", type=int)
+    r.add_argument("--output-len", type=int)
+    r.add_argument("--seed", type=int, help="bench_serving --seed")
+    r.add_argument("--greedy-prompts", type=int)
+    r.add_argument("--greedy-new-tokens", type=int)
+    r.add_argument("--spec-steps", type=int)
+    r.add_argument("--spec-topk", type=int,
                    help="--speculative-eagle-topk of the EAGLE3 servers (above 1: sglang "
                    "turns the overlap schedule off and runs spec v1)")
-    r.add_argument("--spec-draft-tokens", type=int, default=None,
+    r.add_argument("--spec-draft-tokens", type=int,
                    help="--speculative-num-draft-tokens (default: --spec-steps + 1); "
                    "e.g. --spec-steps 5 --spec-topk 4 --spec-draft-tokens 8 are the "
                    "parameters sglang picks itself for a Llama target")
@@ -128,8 +131,8 @@ def build_parser():
                    help="EAGLE3 servers get only the draft model path: sglang picks the "
                    "number of steps, EAGLE topk and draft tokens itself (5 / 4 / 8 for a "
                    "Llama target, which turns the overlap schedule off)")
-    r.add_argument("--tp", type=int, default=1)
-    r.add_argument("--dp", type=int, default=1,
+    r.add_argument("--tp", type=int)
+    r.add_argument("--dp", type=int,
                    help="sglang --dp-size: with --enable-dp-attention, DP attention "
                    "within the --tp GPUs (tp a multiple of dp); without, dp replicas of "
                    "TP=--tp (tp x dp GPUs)")
@@ -140,8 +143,8 @@ def build_parser():
     r.add_argument("--disaggregation-decode", action="store_true",
                    help="serve as a prefill/decode-disaggregated decode server with "
                    "sglang's fake KV transfer (no prefill server)")
-    r.add_argument("--mem-fraction-static", type=float, default=None)
-    r.add_argument("--max-total-tokens", type=int, default=None,
+    r.add_argument("--mem-fraction-static", type=float)
+    r.add_argument("--max-total-tokens", type=int,
                    help="fixed KV pool per server (needed with --side-by-side)")
     r.add_argument("--side-by-side", action="store_true",
                    help="start all of the call's servers at once on the one GPU and "
@@ -158,10 +161,10 @@ def build_parser():
                    help="give each server that runs at a time, and the bench client, "
                         "whole physical cores of its own (sched_setaffinity), so one "
                         "server's host work never shares a core with another's")
-    r.add_argument("--port-base", type=int, default=30000,
+    r.add_argument("--port-base", type=int,
                    help="first port the servers try (runs at the same time on one "
                         "machine need bases far apart, e.g. benchmark/pairs.py)")
-    r.add_argument("--server-arg", action="append", default=[],
+    r.add_argument("--server-arg", action="append",
                    help="extra launch_server argument (repeatable, e.g. "
                    "--server-arg=--enable-metrics)")
     r.add_argument("--no-bench", action="store_true", help="greedy check only")
@@ -169,45 +172,45 @@ def build_parser():
                    help="after each server's greedy check: a storm of clients that "
                    "disconnect mid-stream, are aborted by rid or complete, with a greedy "
                    "check through it, an idle pause, a last greedy check -> \"faults\"")
-    r.add_argument("--fault-clients", type=int, default=64,
+    r.add_argument("--fault-clients", type=int,
                    help="storm clients: a third cut, a third aborted, a third complete")
-    r.add_argument("--fault-idle-s", type=float, default=20.0,
+    r.add_argument("--fault-idle-s", type=float,
                    help="idle pause after the storm (sglang's idle self-check)")
-    r.add_argument("--fault-new-tokens", type=int, default=1024,
+    r.add_argument("--fault-new-tokens", type=int,
                    help="max new tokens of each storm request")
-    r.add_argument("--fault-deadline-s", type=float, default=180.0,
+    r.add_argument("--fault-deadline-s", type=float,
                    help="the storm's deadline; every storm request times out by then")
     r.add_argument("--mixed-load", action="store_true",
                    help="after each server's greedy check: new long prompts, one at a time, "
                    "pinned to each DP rank in turn (routed_dp_rank), while every rank "
                    "decodes long generations; outputs checked -> \"mixed_load\" "
                    "(benchmark/mixed.py)")
-    r.add_argument("--mix-decodes", type=int, default=4,
+    r.add_argument("--mix-decodes", type=int,
                    help="long generations per DP rank in each round")
-    r.add_argument("--mix-decode-tokens", type=int, default=2048,
+    r.add_argument("--mix-decode-tokens", type=int,
                    help="new tokens of each long generation")
-    r.add_argument("--mix-prompts", type=int, default=16,
+    r.add_argument("--mix-prompts", type=int,
                    help="prompts to serve while the other ranks decode")
-    r.add_argument("--mix-prompt-len", type=int, default=1536)
-    r.add_argument("--mix-new-tokens", type=int, default=16)
-    r.add_argument("--mix-deadline-s", type=float, default=90.0)
-    r.add_argument("--profile-steps", type=int, default=0,
+    r.add_argument("--mix-prompt-len", type=int)
+    r.add_argument("--mix-new-tokens", type=int)
+    r.add_argument("--mix-deadline-s", type=float)
+    r.add_argument("--profile-steps", type=int,
                    help="after the greedy check, a torch-profiler trace of this many "
                    "decode forwards per server (GPU activity only) -> \"profiles\"")
-    r.add_argument("--profile-stack-steps", type=int, default=0,
+    r.add_argument("--profile-stack-steps", type=int,
                    help="and one of this many forwards with CPU ops and Python frames")
-    r.add_argument("--profile-concurrency", type=csv(int), default=[1],
+    r.add_argument("--profile-concurrency", type=csv(int),
                    help="requests decoding during each profile (comma list)")
-    r.add_argument("--bench-runner", choices=["worker", "process"], default="worker",
+    r.add_argument("--bench-runner", choices=["worker", "process"],
                    help="worker: one process imports sglang.bench_serving once and runs "
                    "it as `-m` per point (saves ~10 s a point); process: a new "
                    "`python -m sglang.bench_serving` per point")
-    r.add_argument("--out-dir", default=os.path.join(HERE, "results"))
-    r.add_argument("--work-dir", default="/tmp/sglpatch-bench")
-    r.add_argument("--card", default=None, help="default: GPU name from nvidia-smi")
-    r.add_argument("--deadline-s", type=float, default=None,
+    r.add_argument("--out-dir")
+    r.add_argument("--work-dir")
+    r.add_argument("--card", help="default: GPU name from nvidia-smi")
+    r.add_argument("--deadline-s", type=float,
                    help="start no new server / point after this many seconds")
-    r.add_argument("--model-device", default="cuda",
+    r.add_argument("--model-device",
                    help="where the synthetic weights are generated")
     w = sub.add_parser("sweep", help="measured accept length per --accept-steps / "
                        "--draft-accuracy (EAGLE3 server, CUDA graphs off: faster start)")
@@ -264,20 +267,8 @@ def build_parser():
 def main(argv=None):
     ap = build_parser()
     a = ap.parse_args(argv)
-    if a.cmd == "run" and a.side_by_side and not a.max_total_tokens:
-        ap.error("--side-by-side needs --max-total-tokens: each server's KV pool "
-                 "must be fixed, or the first to start takes the whole GPU")
-    if a.cmd == "run" and a.keep_servers and not a.side_by_side:
-        ap.error("--keep-servers needs --side-by-side: servers run one at a time "
-                 "otherwise, and a kept one would hold the GPU beside the next")
     if a.cmd == "run":
-        check_dp(a, ap)
-    if a.cmd == "run" and a.mixed_load and a.disaggregation_decode:
-        ap.error("--mixed-load needs prefills: not with --disaggregation-decode")
-    if a.cmd == "run":
-        for spec in a.variant or ():
-            parse_variant(spec)  # a bad name fails here, before any model is built
-        return cmd_run(a)
+        return cmd_run(run_options(a, ap))
     if a.cmd == "sweep":
         return cmd_sweep(a)
     if a.cmd == "report":
@@ -286,24 +277,42 @@ def main(argv=None):
             "reprofile": cmd_reprofile}[a.cmd](a, ap)
 
 
-def check_dp(a, ap):
+def run_options(ns, ap):
+    """The options of `run`, checked: combinations the harness refuses fail
+    here, before any model is built."""
+    opts = RunOptions.from_namespace(ns)
+    if opts.side_by_side and not opts.max_total_tokens:
+        ap.error("--side-by-side needs --max-total-tokens: each server's KV pool "
+                 "must be fixed, or the first to start takes the whole GPU")
+    if opts.keep_servers and not opts.side_by_side:
+        ap.error("--keep-servers needs --side-by-side: servers run one at a time "
+                 "otherwise, and a kept one would hold the GPU beside the next")
+    check_dp(opts, ap)
+    if opts.mixed_load and opts.disaggregation_decode:
+        ap.error("--mixed-load needs prefills: not with --disaggregation-decode")
+    for spec in opts.variant:
+        parse_variant(spec)  # a bad name fails here, before any model is built
+    return opts
+
+
+def check_dp(opts, ap):
     """The DP options make a launch that sglang 0.5.12.post1 accepts and that
     the records describe as it ran."""
-    if a.dp < 1:
+    if opts.dp < 1:
         ap.error("--dp must be at least 1")
-    if not a.enable_dp_attention:
+    if not opts.enable_dp_attention:
         return
-    if a.dp < 2:
+    if opts.dp < 2:
         ap.error("--enable-dp-attention needs --dp 2 or more (sglang turns it off at --dp 1)")
-    if a.tp % a.dp:
-        ap.error(f"--enable-dp-attention: --tp {a.tp} must be a multiple of --dp {a.dp} "
+    if opts.tp % opts.dp:
+        ap.error(f"--enable-dp-attention: --tp {opts.tp} must be a multiple of --dp {opts.dp} "
                  "(the GPUs are tp; each DP rank's attention runs on tp/dp of them)")
-    if True in a.piecewise:
+    if True in opts.piecewise:
         ap.error("--enable-dp-attention: sglang turns piecewise CUDA graphs off under DP "
                  "attention; pass --piecewise disabled so the records say what ran")
-    arch = preset_arch(a.preset)
+    arch = preset_arch(opts.preset)
     if arch == "llama":
-        ap.error(f"--enable-dp-attention: --preset {a.preset} is a Llama target, whose "
+        ap.error(f"--enable-dp-attention: --preset {opts.preset} is a Llama target, whose "
                  "attention sglang 0.5.12.post1 splits over all TP ranks; use --preset "
                  "qwen3-small")
 

@@ -9,6 +9,7 @@ servers lists them in WORK/kept-servers.json; the next run adopts each
 one whose launch is the same (`fingerprint`) and still serves, and stops
 every other one first, so no stale server holds GPU memory beside the new
 ones. A run without --keep-servers stops them all at its start.
+A run goes through KeptServers, with each server's fingerprint.
 
     python3 benchmark/keep.py prune-logs WORK
 
@@ -22,7 +23,7 @@ import json
 import os
 import sys
 
-from server import KeptProcess, stop_group
+from server import KeptProcess, group_alive, stop_group
 
 REGISTRY = "kept-servers.json"
 # the environment that changes what a server runs (its site, its GPUs,
@@ -85,6 +86,74 @@ def save(work_dir, records):
 def stop(pgid):
     """Stop a kept server by its process group (server.stop_group)."""
     stop_group(KeptProcess(pgid))
+
+
+class KeptServers:
+    """One run's dealings with kept servers: at its start it takes those an
+    earlier run kept (take), as its groups serve it adopts them (record_for,
+    adopt) and lists the ones it keeps in turn (keep), and at its end it
+    stops those none of its groups adopted (stop_unadopted). A member is
+    one of the run's servers: its `tag`, launch `fingerprint` and `srv`
+    (server.Server)."""
+
+    def __init__(self, work_dir, log):
+        self.work_dir, self.log = work_dir, log
+        self.by_fingerprint = {}  # the records this run may adopt, by fingerprint
+        self.records = []  # the servers this run keeps for the next
+
+    def take(self, wanted):
+        """Servers an earlier run kept: those whose launch is one of the
+        fingerprints `wanted` (this run's servers, with --keep-servers) and
+        that still run are held for adoption; every other one is stopped
+        now, before this run's servers need the GPU."""
+        for r in load(self.work_dir):
+            if (r.get("fingerprint") in wanted and r["fingerprint"] not in self.by_fingerprint
+                    and group_alive(r["pgid"])):
+                self.by_fingerprint[r["fingerprint"]] = r
+            else:
+                self.log(f"stop the server an earlier run kept: {r.get('tag')} "
+                         f"(port {r.get('port')})")
+                stop(r["pgid"])
+                if r.get("log_path") and os.path.exists(r["log_path"]):
+                    os.remove(r["log_path"])  # an earlier call's: not this run's evidence
+        save(self.work_dir, [])  # rewritten as this run keeps its servers
+
+    def record_for(self, fingerprint):
+        """The record of the kept server a member with this launch would
+        reuse, None for none."""
+        return self.by_fingerprint.get(fingerprint)
+
+    def adopt(self, m):
+        """Member m's server is the kept one of its launch: taken from the
+        list (one left there when its group fails is stopped at the end of
+        the run) and adopted as m.srv."""
+        kept = self.by_fingerprint.pop(m.fingerprint)
+        m.srv.adopt(kept["pgid"], kept["start_s"])
+        self.log(f"reuse {m.tag}: the server an earlier run kept (port {kept['port']})")
+
+    def keep(self, group, kept_now):
+        """--keep-servers: list the group's running servers in the work dir's
+        registry for the next run, and leave them running (their tags join
+        kept_now, the servers the group's end leaves alone)."""
+        for m in group:
+            if m.srv.proc is None or m.srv.proc.poll() is not None:
+                continue
+            kept_now.add(m.tag)
+            if m.srv.log is not None:
+                m.srv.log.close()  # ours only: the server writes through its own
+            self.records.append({"tag": m.tag, "fingerprint": m.fingerprint,
+                                 "port": m.srv.port, "pgid": m.srv.proc.pid,
+                                 "log_path": m.srv.log_path,
+                                 "start_s": round(m.srv.start_s, 1)})
+            self.log(f"  keep {m.tag} running (port {m.srv.port}) for the next run")
+        save(self.work_dir, self.records)
+
+    def stop_unadopted(self):
+        """At the run's end: stop the kept servers held for a group that
+        did not run."""
+        for r in self.by_fingerprint.values():
+            self.log(f"stop the server an earlier run kept: {r['tag']} (its group did not run)")
+            stop(r["pgid"])
 
 
 def prune_logs(work_dir):

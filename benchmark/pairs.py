@@ -29,6 +29,7 @@ import sys
 import threading
 
 import results
+from cpus import cpu_cores, cpu_slices
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 E2E = os.path.join(HERE, "e2e.py")
@@ -41,35 +42,6 @@ def slices(n, k):
         raise ValueError(f"{n} cannot be split into {k} equal slices")
     w = n // k
     return [list(range(i * w, (i + 1) * w)) for i in range(k)]
-
-
-def cpu_cores(sysfs="/sys/devices/system/cpu"):
-    """The logical CPUs this process may use, grouped by physical core
-    (hyperthread siblings together), cores in (socket, core) order; None
-    where the topology cannot be read."""
-    try:
-        allowed = sorted(os.sched_getaffinity(0))
-        cores = {}
-        for cpu in allowed:
-            topo = os.path.join(sysfs, f"cpu{cpu}", "topology")
-            with open(os.path.join(topo, "physical_package_id")) as fh:
-                pkg = int(fh.read())
-            with open(os.path.join(topo, "core_id")) as fh:
-                core = int(fh.read())
-            cores.setdefault((pkg, core), []).append(cpu)
-    except (OSError, ValueError, AttributeError):
-        return None
-    return [cores[k] for k in sorted(cores)]
-
-
-def cpu_slices(cores, k):
-    """k sets of logical CPUs made of whole cores (a copy never gets the
-    hyperthread sibling of another copy's CPU); None where there are fewer
-    cores than copies."""
-    if not cores or len(cores) < k:
-        return None
-    w = len(cores) // k
-    return [sorted(c for core in cores[i * w:(i + 1) * w] for c in core) for i in range(k)]
 
 
 def option(argv, name):
@@ -96,7 +68,7 @@ def without(argv, *names):
 
 def plan(k, gpus, cores, run_argv, have_taskset=True):
     """[(label, env additions, argv prefix, e2e argv, out dir)] per copy;
-    `cores`: logical CPUs grouped by physical core (cpu_cores), or None for
+    `cores`: logical CPUs grouped by physical core (cpus.cpu_cores), or None for
     no pinning."""
     work = option(run_argv, "--work-dir") or "/tmp/sglpatch-bench"
     tp = int(option(run_argv, "--tp") or 1)

@@ -24,21 +24,22 @@ import sizing
 import trace_steps
 from bench import BenchRunner, probe_throughput, run_bench
 from builds import apply_series, detect_card, ensure_models, load_fmap, parse_variant, variant_env
-from pairs import cpu_cores, cpu_slices
-from server import Server, free_port, group_alive, server_command, sglpatch_line
+from cpus import cpu_list, pin_cpus
+from options import RunOptions
+from server import Server, free_port, server_command, sglpatch_line
 
 
 class Run:
     """State of one `run`: collected samples and greedy outputs; writes."""
 
-    def __init__(self, a):
-        self.a = a
+    def __init__(self, opts: RunOptions):
+        self.opts = opts
         self.t0 = time.time()
-        self.card = a.card or detect_card()
+        self.card = opts.card or detect_card()
         self.date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
-        os.makedirs(a.out_dir, exist_ok=True)
-        os.makedirs(a.work_dir, exist_ok=True)
-        self.path = results.results_path(a.out_dir, self.date, self.card)
+        os.makedirs(opts.out_dir, exist_ok=True)
+        os.makedirs(opts.work_dir, exist_ok=True)
+        self.path = results.results_path(opts.out_dir, self.date, self.card)
         self.samples = {}  # run key -> [sample]
         self.greedy_out = {}  # (variant, backend, overlap, spec, pw) -> ids
         self.greedy_meta = {}
@@ -51,8 +52,9 @@ class Run:
         self.fmap, self.prompts, self.model_meta = None, [], {}
         self.greedy_debug = {}  # greedy key -> debug-check counts of that server
         self.server_cpus = None  # --pin-cpus: a CPU set per server of a group
-        self.runner = BenchRunner(a.bench_runner, self.log)
-        self.log_file = open(os.path.join(a.out_dir, "e2e-log.txt"), "a")
+        self.kept = keep.KeptServers(opts.work_dir, self.log)  # --keep-servers
+        self.runner = BenchRunner(opts.bench_runner, self.log)
+        self.log_file = open(os.path.join(opts.out_dir, "e2e-log.txt"), "a")
 
     def log(self, msg):
         line = f"[{time.time() - self.t0:7.1f}s] {msg}"
@@ -61,20 +63,20 @@ class Run:
         self.log_file.flush()
 
     def time_left(self):
-        if self.a.deadline_s is None:
+        if self.opts.deadline_s is None:
             return math.inf
-        return self.a.deadline_s - (time.time() - self.t0)
+        return self.opts.deadline_s - (time.time() - self.t0)
 
     def prompts_off_chain(self, ids):
         """Prompts whose output leaves the token chain the weights encode."""
-        chain = greedy.expected_chain(self.prompts, self.fmap, self.a.greedy_new_tokens)
+        chain = greedy.expected_chain(self.prompts, self.fmap, self.opts.greedy_new_tokens)
         return len(greedy.compare(ids, chain))
 
     def _greedy_fields(self, key, ids):
         """What every greedy record says of one server's outputs."""
         var, be, ov, spec, pw = key
         r = {"variant": var, "attention_backend": be, "overlap": ov,
-             "piecewise_cuda_graph": pw, **deployment_fields(self.a), "prompts": len(ids),
+             "piecewise_cuda_graph": pw, **deployment_fields(self.opts), "prompts": len(ids),
              "accept_length": self.greedy_meta.get(key)}
         if self.fmap:
             r["prompts_off_constructed_f"] = self.prompts_off_chain(ids)
@@ -96,7 +98,7 @@ class Run:
             bad = greedy.compare(ids, ref)
             entry = self._greedy_fields(key, ids)
             entry.update({"mismatched_prompts": len(bad), "mismatches": bad,
-                          "new_tokens": self.a.greedy_new_tokens})
+                          "new_tokens": self.opts.greedy_new_tokens})
             out.append(entry)
         return out
 
@@ -117,27 +119,27 @@ class Run:
         for key, samples in self.samples.items():
             if not samples:
                 continue
-            r = dict(zip(results.RUN_KEY, key), **deployment_fields(self.a))
+            r = dict(zip(results.RUN_KEY, key), **deployment_fields(self.opts))
             r.update(results.summarize_point(samples))
             r["samples"] = samples
             runs.append(r)
-        data = {"card": self.card, "date": self.date, "model_preset": self.a.preset,
+        data = {"card": self.card, "date": self.date, "model_preset": self.opts.preset,
                 "runs": runs, "greedy_equivalence": self.greedy_entries(),
                 "greedy_runs": self.greedy_runs(),
                 "model": self.model_meta, "commands": self.commands,
                 "server_starts": self.server_starts,
                 "profiles": self.profiles, "faults": self.faults,
                 **({"mixed_load": self.mixed} if self.mixed else {}),
-                "bench": {"input_len": self.a.input_len, "output_len": self.a.output_len,
-                          "min_seconds": self.a.min_seconds, "seed": self.a.seed,
+                "bench": {"input_len": self.opts.input_len, "output_len": self.opts.output_len,
+                          "min_seconds": self.opts.min_seconds, "seed": self.opts.seed,
                           "dataset": "random-ids", "runner": self.runner.mode,
-                          "side_by_side": self.a.side_by_side,
+                          "side_by_side": self.opts.side_by_side,
                           # the servers' order within each (repeat, c): bench_order
-                          "turn": "alternating" if self.a.side_by_side else None,
+                          "turn": "alternating" if self.opts.side_by_side else None,
                           # side by side: how the servers' starts were spaced (start_gate)
-                          "start": (("together" if self.a.start_together else "after capture")
-                                    if self.a.side_by_side else None),
-                          "max_total_tokens": self.a.max_total_tokens,
+                          "start": (("together" if self.opts.start_together else "after capture")
+                                    if self.opts.side_by_side else None),
+                          "max_total_tokens": self.opts.max_total_tokens,
                           # each server and the bench client on cores of its own
                           "pin_cpus": self.server_cpus is not None,
                           "debug_env": debug_env()}}
@@ -146,34 +148,32 @@ class Run:
         return results.write_merged(self.path, data)
 
 
-def deployment_fields(a):
+def deployment_fields(opts: RunOptions):
     """The call's deployment shape, part of every record's key: tensor
     parallel size, "disaggregation" only for a decode-only server,
     "spec_params" only when sglang chose the speculative parameters ("auto")
     or the EAGLE tree is not a chain ("5/4/8": steps / topk / draft tokens), "dp"
     only with data parallelism (--dp above 1) and "dp_attention" only with
     DP attention."""
-    fields = {"tp": a.tp}
-    if a.disaggregation_decode:
+    fields = {"tp": opts.tp}
+    if opts.disaggregation_decode:
         fields["disaggregation"] = "decode"
-    if a.spec_auto:
+    if opts.spec_auto:
         fields["spec_params"] = "auto"
-    elif spec_params(a)[1:] != (1, spec_params(a)[0] + 1):
-        fields["spec_params"] = "/".join(map(str, spec_params(a)))
-    if getattr(a, "dp", 1) > 1:
-        fields["dp"] = a.dp
-    if getattr(a, "enable_dp_attention", False):
+    elif spec_params(opts)[1:] != (1, spec_params(opts)[0] + 1):
+        fields["spec_params"] = "/".join(map(str, spec_params(opts)))
+    if opts.dp > 1:
+        fields["dp"] = opts.dp
+    if opts.enable_dp_attention:
         fields["dp_attention"] = True
     return fields
 
 
-def spec_params(a):
+def spec_params(opts: RunOptions):
     """(steps, topk, draft tokens) of the EAGLE3 servers given on the command
     line; the default is a chain, topk 1 and steps + 1 draft tokens."""
-    steps = getattr(a, "spec_steps", 3)
-    topk = getattr(a, "spec_topk", 1)
-    draft = getattr(a, "spec_draft_tokens", None)
-    return steps, topk, steps + 1 if draft is None else draft
+    steps, draft = opts.spec_steps, opts.spec_draft_tokens
+    return steps, opts.spec_topk, steps + 1 if draft is None else draft
 
 
 def debug_env():
@@ -188,15 +188,15 @@ PROBE_SWITCHES = ("SGLPATCH_HOST_TIME", "SGLPATCH_HOST_TIME_EXTRA", "SGLPATCH_SY
                   "SGLPATCH_STARTUP_STACKS")
 
 
-def server_extra_args(a):
+def server_extra_args(opts: RunOptions):
     """launch_server arguments beyond the setting's own."""
-    extra = list(a.server_arg)
-    if a.side_by_side:
+    extra = list(opts.server_arg)
+    if opts.side_by_side:
         # An idle server's scheduler otherwise busy-polls its sockets: on a
         # machine whose vCPUs share physical cores that slows the server
         # being measured, by a different amount from one moment to the next.
         extra.append("--sleep-on-idle")
-    if a.disaggregation_decode:
+    if opts.disaggregation_decode:
         # sglang's decode-only mode; the fake transfer builds each request's
         # prebuilt batch without a prefill server
         extra += ["--disaggregation-mode", "decode",
@@ -204,30 +204,31 @@ def server_extra_args(a):
     return extra
 
 
-def settings(a):
+def settings(opts: RunOptions):
     """(speculative, piecewise) pairs, the no-spec reference last."""
     out = []
     # EAGLE3 first: it is what the series changes; the no-spec server then
     # still gets its greedy reference in before a --deadline-s cuts benches
-    for spec in sorted(a.speculative, key=lambda s: s == "none"):
-        pws = a.piecewise if (spec == "EAGLE3" or a.nospec_piecewise == "all") else a.piecewise[:1]
+    for spec in sorted(opts.speculative, key=lambda s: s == "none"):
+        every_pw = spec == "EAGLE3" or opts.nospec_piecewise == "all"
+        pws = opts.piecewise if every_pw else opts.piecewise[:1]
         out += [(spec, pw) for pw in pws]
     return out
 
 
-def cmd_run(a):
-    st = Run(a)
+def cmd_run(opts: RunOptions):
+    st = Run(opts)
     st.log(f"card {st.card}; results {st.path}")
     st.commands.append("python benchmark/e2e.py " + " ".join(sys.argv[1:]))
-    models, st.model_meta = ensure_models(a, st.log)
+    models, st.model_meta = ensure_models(opts, st.log)
     target, draft = os.path.join(models, "target"), os.path.join(models, "draft")
     vocab = st.model_meta["vocab"]
     st.fmap = load_fmap(models)
-    st.prompts = greedy.make_prompts(a.greedy_prompts, vocab)
+    st.prompts = greedy.make_prompts(opts.greedy_prompts, vocab)
     members = []
-    for var, site in [parse_variant(v) for v in (a.variant or ["base"])]:
-        env = variant_env(site, a.work_dir)
-        if var == "patched" and not a.no_apply:
+    for var, site in [parse_variant(v) for v in opts.variant]:
+        env = variant_env(site, opts.work_dir)
+        if var == "patched" and not opts.no_apply:
             try:
                 st.log("sglpatch status:\n" + apply_series(site, env, st.log))
             except Exception as e:
@@ -235,12 +236,13 @@ def cmd_run(a):
                 st.log(f"SKIP {var}: {e}")
                 continue
         members += [Member(var, env, be, ov, spec, pw)
-                    for be in a.attention_backend for ov in a.overlap
-                    for spec, pw in settings(a)]
-    if a.pin_cpus:
-        st.server_cpus = pin_cpus(st, len(members) if a.side_by_side else 1)
-    take_kept_servers(st, a, members, target, draft)
-    for group in server_groups(members, a.side_by_side):
+                    for be in opts.attention_backend for ov in opts.overlap
+                    for spec, pw in settings(opts)]
+    if opts.pin_cpus:
+        st.server_cpus = pin_cpus(st.log, len(members) if opts.side_by_side else 1)
+    fingerprint_members(st, opts, members, target, draft)
+    st.kept.take({m.fingerprint for m in members} if opts.keep_servers else set())
+    for group in server_groups(members, opts.side_by_side):
         need = 60 if all(m.spec == "none" for m in group) else 90
         if st.time_left() < need:
             for m in group:
@@ -249,15 +251,13 @@ def cmd_run(a):
                                  f"{m.spec} pcg={m.pw}")
             continue
         try:
-            serve_group(st, a, group, target, draft, vocab)
+            serve_group(st, opts, group, target, draft, vocab)
         except Exception as e:
             names = ", ".join(m.tag for m in group)
             st.errors.append(f"{names}: {e}"[:2000])
             st.log(f"ERROR {names}: {e}")
         st.write()
-    for r in st.kept_by_fingerprint.values():  # kept for a server that did not run
-        st.log(f"stop the server an earlier run kept: {r['tag']} (its group did not run)")
-        keep.stop(r["pgid"])
+    st.kept.stop_unadopted()
     st.runner.close()
     data = st.write()
     print(results.table(data))
@@ -286,53 +286,6 @@ class Member:
         return (self.var, self.be, self.spec, self.ov, self.pw, c)
 
 
-def pin_sets(cores, k):
-    """CPU sets for k servers that run at once and for the harness (this
-    process and the bench clients it starts), each made of whole physical
-    cores (`cores`: logical CPUs grouped by core, pairs.cpu_cores), so no
-    server shares a core, or its hyperthread sibling, with another server
-    or the client. The harness, one asyncio client at a time, gets one core
-    and whatever does not divide evenly; the servers equal shares of the
-    rest. (server sets, harness set), or None with fewer than k + 1 cores."""
-    if not cores or len(cores) < k + 1:
-        return None
-    taken = (len(cores) - 1) // k * k  # the cores that divide evenly, the client's core left out
-    return cpu_slices(cores[:taken], k), sorted(cpu for core in cores[taken:] for cpu in core)
-
-
-def cpu_list(cpus):
-    """[0, 1, 2, 8, 9] -> "0-2,8-9" (taskset's notation)."""
-    out, start = [], None
-    for i, c in enumerate(cpus):
-        if start is None:
-            start = c
-        if i + 1 == len(cpus) or cpus[i + 1] != c + 1:
-            out.append(f"{start}-{c}" if c != start else f"{c}")
-            start = None
-    return ",".join(out)
-
-
-def pin_cpus(st, k, cores=None):
-    """--pin-cpus: pin this process (the bench clients it starts inherit it)
-    and return the CPU set of each of the k servers of a group; None, said
-    in the log, where the machine has too few cores or no readable topology
-    (the run then goes on unpinned, and its results say so)."""
-    if cores is None:
-        # SGLPATCH_CPU_SYSFS: where the CPU topology is read (a container
-        # without /sys topology can name a copy; the tests name a fake one)
-        cores = cpu_cores(os.environ.get("SGLPATCH_CPU_SYSFS", "/sys/devices/system/cpu"))
-    plan = pin_sets(cores, k)
-    if plan is None:
-        st.log(f"pin: {len(cores or [])} physical cores cannot give each of {k} "
-               "server(s) and the bench client its own; not pinned")
-        return None
-    servers, harness = plan
-    os.sched_setaffinity(0, harness)
-    st.log("pin: servers on CPUs " + " | ".join(map(cpu_list, servers))
-           + f", bench client on {cpu_list(harness)}")
-    return servers
-
-
 def server_groups(members, side_by_side):
     """Servers that run at the same time: one at a time by default; with
     --side-by-side all of the call's servers together, so their repeats
@@ -351,80 +304,59 @@ def bench_order(members, repeats, concurrency):
             for m in (members if rep % 2 == 0 else members[::-1])]
 
 
-def member_command(a, m, target, draft, port):
+def member_command(opts: RunOptions, m, target, draft, port):
     return server_command(sys.executable, target, draft, port, m.be, m.spec, m.ov, m.pw,
-                          tp=a.tp, spec_steps=None if a.spec_auto else a.spec_steps,
-                          topk=spec_params(a)[1], draft_tokens=spec_params(a)[2],
-                          mem_fraction=a.mem_fraction_static,
-                          max_total_tokens=a.max_total_tokens,
-                          extra=server_extra_args(a), dp=getattr(a, "dp", 1),
-                          dp_attention=getattr(a, "enable_dp_attention", False))
+                          tp=opts.tp, spec_steps=None if opts.spec_auto else opts.spec_steps,
+                          topk=spec_params(opts)[1], draft_tokens=spec_params(opts)[2],
+                          mem_fraction=opts.mem_fraction_static,
+                          max_total_tokens=opts.max_total_tokens,
+                          extra=server_extra_args(opts), dp=opts.dp,
+                          dp_attention=opts.enable_dp_attention)
 
 
-def member_fingerprint(st, a, m, i, target, draft):
-    cpus = st.server_cpus[i] if st.server_cpus else None
-    return keep.fingerprint(m.tag, member_command(a, m, target, draft, 0), m.env, cpus)
-
-
-def take_kept_servers(st, a, members, target, draft):
-    """Servers an earlier run kept (benchmark/keep.py): with --keep-servers
-    those whose launch matches one of this run's servers and that still
-    run are reused (st.kept_by_fingerprint); every other one is stopped
-    now, before this run's servers need the GPU."""
-    st.kept_by_fingerprint, st.kept_records = {}, []
-    for group in server_groups(members, a.side_by_side):  # serve_group goes by it
+def fingerprint_members(st, opts: RunOptions, members, target, draft):
+    """Each member's launch fingerprint (keep.fingerprint), by which a server
+    an earlier run kept is matched to it (benchmark/keep.py)."""
+    for group in server_groups(members, opts.side_by_side):  # serve_group goes by it
         for i, m in enumerate(group):  # i: its CPU set's index within its group
-            m.fingerprint = member_fingerprint(st, a, m, i, target, draft)
-    records = keep.load(a.work_dir)
-    wanted = {m.fingerprint for m in members} if a.keep_servers else set()
-    for r in records:
-        if (r.get("fingerprint") in wanted and r["fingerprint"] not in st.kept_by_fingerprint
-                and group_alive(r["pgid"])):
-            st.kept_by_fingerprint[r["fingerprint"]] = r
-        else:
-            st.log(f"stop the server an earlier run kept: {r.get('tag')} (port {r.get('port')})")
-            keep.stop(r["pgid"])
-            if r.get("log_path") and os.path.exists(r["log_path"]):
-                os.remove(r["log_path"])  # an earlier call's: not this run's evidence
-    keep.save(a.work_dir, [])  # rewritten as this run keeps its servers
+            cpus = st.server_cpus[i] if st.server_cpus else None
+            cmd = member_command(opts, m, target, draft, 0)
+            m.fingerprint = keep.fingerprint(m.tag, cmd, m.env, cpus)
 
 
-def serve_group(st, a, group, target, draft, vocab):
+def serve_group(st, opts: RunOptions, group, target, draft, vocab):
     kept_now = set()  # tags of servers left running when the group ends
     with contextlib.ExitStack() as stack:
         used = set()
-        # tag -> the record of the kept server it reuses; taken from the list
-        # only once adopted: one left there when the group fails is stopped
-        # at the end of the run
-        kept_for = {m.tag: st.kept_by_fingerprint.get(m.fingerprint) for m in group}
+        # tag -> the record of the kept server it reuses (st.kept.adopt)
+        kept_for = {m.tag: st.kept.record_for(m.fingerprint) for m in group}
         for i, m in enumerate(group):
             cpus = st.server_cpus[i] if st.server_cpus else None
             kept = kept_for[m.tag]
             if kept:
                 port = kept["port"]
             else:
-                port = free_port(a.port_base + 10 * len(st.server_starts) + 10 * i)
+                port = free_port(opts.port_base + 10 * len(st.server_starts) + 10 * i)
                 while port in used:
                     port = free_port(port + 1)
             used.add(port)
-            cmd = member_command(a, m, target, draft, port)
-            log_path = kept["log_path"] if kept else os.path.join(a.work_dir, f"server-{m.tag}.log")
+            cmd = member_command(opts, m, target, draft, port)
+            log_path = (kept["log_path"] if kept
+                        else os.path.join(opts.work_dir, f"server-{m.tag}.log"))
             m.srv = Server(cmd, m.env, log_path, start_timeout=start_timeout(st), cpus=cpus)
             stack.callback(lambda m=m: m.tag in kept_now or m.srv.__exit__())
             if kept:
-                st.kept_by_fingerprint.pop(m.fingerprint)
-                m.srv.adopt(kept["pgid"], kept["start_s"])
-                st.log(f"reuse {m.tag}: the server an earlier run kept (port {port})")
+                st.kept.adopt(m)
                 continue
             st.log(f"launch {m.tag}: {' '.join(cmd[1:])}")
             m.srv.launch()
             if any(not kept_for[n.tag] for n in group[i + 1:]):  # another start follows
-                start_gate(st, a, m)
+                start_gate(st, opts, m)
 
         def keep_on_success(exc_type, exc, tb):
             # runs before the servers' own callbacks (last in, first out)
-            if exc_type is None and a.keep_servers:
-                keep_servers(st, a, group, kept_now)
+            if exc_type is None and opts.keep_servers:
+                st.kept.keep(group, kept_now)
             return False
 
         stack.push(keep_on_success)
@@ -442,57 +374,40 @@ def serve_group(st, a, group, target, draft, vocab):
             st.server_starts.append(start)
             st.log(f"  {m.tag} ready in {m.srv.start_s:.0f}s")
         for m in group:
-            greedy_check(st, a, m)
-        if getattr(a, "mixed_load", False):
+            greedy_check(st, opts, m)
+        if opts.mixed_load:
             for m in group:
-                mixed_check(st, a, m, vocab)
-        if a.faults:
+                mixed_check(st, opts, m, vocab)
+        if opts.faults:
             for m in group:
-                if st.time_left() < a.fault_deadline_s + a.fault_idle_s + 60:
+                if st.time_left() < opts.fault_deadline_s + opts.fault_idle_s + 60:
                     st.log(f"  deadline: no fault check of {m.tag}")
                     st.errors.append(f"faults not run (deadline): {m.tag}")
                     continue
-                fault_check(st, a, m, vocab)
-        for c, stack, m in profile_order(group, a):
-            profile_point(st, a, m, c, stack, vocab)
-        if a.no_bench:
+                fault_check(st, opts, m, vocab)
+        for c, stack, m in profile_order(group, opts):
+            profile_point(st, opts, m, c, stack, vocab)
+        if opts.no_bench:
             return
-        for rep, c, m in bench_order(group, a.repeats, a.concurrency):
+        for rep, c, m in bench_order(group, opts.repeats, opts.concurrency):
             if st.time_left() < 30:
                 st.log(f"  deadline: stop at rep {rep} c={c} ({m.tag})")
                 return
-            bench_point(st, a, m, rep, c, target, vocab)
+            bench_point(st, opts, m, rep, c, target, vocab)
 
 
-def keep_servers(st, a, group, kept_now):
-    """--keep-servers: list the group's running servers in the work dir's
-    registry for the next run, and leave them running."""
-    for m in group:
-        if m.srv.proc is None or m.srv.proc.poll() is not None:
-            continue
-        kept_now.add(m.tag)
-        if m.srv.log is not None:
-            m.srv.log.close()  # ours only: the server writes through its own
-        st.kept_records.append({"tag": m.tag, "fingerprint": m.fingerprint,
-                                "port": m.srv.port, "pgid": m.srv.proc.pid,
-                                "log_path": m.srv.log_path,
-                                "start_s": round(m.srv.start_s, 1)})
-        st.log(f"  keep {m.tag} running (port {m.srv.port}) for the next run")
-    keep.save(a.work_dir, st.kept_records)
-
-
-def greedy_check(st, a, m):
+def greedy_check(st, opts: RunOptions, m):
     m.srv.reset_spec_counters()
     t0 = time.time()
-    ids, acc = greedy.generate(m.srv.url, st.prompts, a.greedy_new_tokens,
-                               fake_bootstrap=a.disaggregation_decode)
+    ids, acc = greedy.generate(m.srv.url, st.prompts, opts.greedy_new_tokens,
+                               fake_bootstrap=opts.disaggregation_decode)
     st.greedy_out[m.greedy_key] = ids
     st.greedy_meta[m.greedy_key] = acc
     counts = truth_counts(m)
     if counts:
         st.greedy_debug[m.greedy_key] = counts
         st.log(f"  {m.tag}: seq_lens truth check {counts}")
-    st.log(f"  {m.tag}: greedy {len(ids)}x{a.greedy_new_tokens} in {time.time() - t0:.1f}s"
+    st.log(f"  {m.tag}: greedy {len(ids)}x{opts.greedy_new_tokens} in {time.time() - t0:.1f}s"
            f", accept length {acc}")
 
 
@@ -504,28 +419,28 @@ def truth_counts(m):
             if k in state}
 
 
-def mixed_check(st, a, m, vocab):
+def mixed_check(st, opts: RunOptions, m, vocab):
     """--mixed-load: new prompts prefill on one DP rank while the others
     decode long generations (benchmark/mixed.py), outputs against the chain,
     then liveness -> one "mixed_load" record."""
     # its own deadline within the call's, leaving time for its long
     # generations to end and the results to be written
-    budget = min(a.mix_deadline_s, st.time_left() - 60)
+    budget = min(opts.mix_deadline_s, st.time_left() - 60)
     if budget < 20:
         st.log(f"  deadline: no mixed load on {m.tag}")
         st.errors.append(f"mixed load not run (deadline): {m.tag}")
         return
     try:
-        out = mixed.run(m.srv.port, a.dp, vocab, st.fmap, decodes=a.mix_decodes,
-                        decode_tokens=a.mix_decode_tokens, want=a.mix_prompts,
-                        prompt_len=a.mix_prompt_len, new_tokens=a.mix_new_tokens,
+        out = mixed.run(m.srv.port, opts.dp, vocab, st.fmap, decodes=opts.mix_decodes,
+                        decode_tokens=opts.mix_decode_tokens, want=opts.mix_prompts,
+                        prompt_len=opts.mix_prompt_len, new_tokens=opts.mix_new_tokens,
                         deadline_s=budget, log=st.log)
     except Exception as e:
         out = {"errors": [f"{type(e).__name__}: {e}"[:300]]}
     alive, health = m.srv.alive()
     var, be, ov, spec, pw = m.greedy_key
     entry = {"variant": var, "attention_backend": be, "speculative": spec, "overlap": ov,
-             "piecewise_cuda_graph": pw, **deployment_fields(a), **out,
+             "piecewise_cuda_graph": pw, **deployment_fields(opts), **out,
              "alive": alive, "health_status": health, **truth_counts(m)}
     st.mixed.append(entry)
     st.log(f"  {m.tag}: mixed load {out.get('prompts')} prompts ({out.get('overlapped')} "
@@ -539,42 +454,42 @@ def mixed_check(st, a, m, vocab):
     off = (out.get("prompts_off_chain") or 0) + (out.get("long_off_chain") or 0)
     if off:
         st.errors.append(f"mixed load {m.tag}: {off} outputs off the constructed chain")
-    if out.get("overlapped", 0) < a.mix_prompts:
+    if out.get("overlapped", 0) < opts.mix_prompts:
         st.errors.append(f"mixed load {m.tag}: {out.get('overlapped', 0)} of "
-                         f"{a.mix_prompts} prompts served while the other ranks decoded")
+                         f"{opts.mix_prompts} prompts served while the other ranks decoded")
     st.write()
 
 
-def greedy_off_chain(st, a, m, what):
+def greedy_off_chain(st, opts: RunOptions, m, what):
     """One greedy pass over the check's prompts: (prompts off the chain,
     error).  Off the chain: the constructed chain from the prompt, or for a
     disaggregated decode server each token's own predecessor's (no real
     prefill made its first token); None without the token map."""
     try:
-        ids, _ = greedy.generate(m.srv.url, st.prompts, a.greedy_new_tokens,
-                                 fake_bootstrap=a.disaggregation_decode)
+        ids, _ = greedy.generate(m.srv.url, st.prompts, opts.greedy_new_tokens,
+                                 fake_bootstrap=opts.disaggregation_decode)
     except Exception as e:
         return None, f"greedy {what}: {type(e).__name__}: {e}"[:300]
     if not st.fmap:
         return None, None
-    if a.disaggregation_decode:
+    if opts.disaggregation_decode:
         return greedy.prompts_off_own_chain(ids, st.fmap), None
     return st.prompts_off_chain(ids), None
 
 
-def fault_check(st, a, m, vocab):
+def fault_check(st, opts: RunOptions, m, vocab):
     """--faults: a storm of clients (cut, aborted, complete) with a greedy
     check running through it, an idle pause, a last greedy check, liveness."""
-    clients = faults.make_clients(a.fault_clients, vocab, a.fault_new_tokens, a.seed)
+    clients = faults.make_clients(opts.fault_clients, vocab, opts.fault_new_tokens, opts.seed)
     t0 = time.time()
     out = {}
     th = threading.Thread(target=lambda: out.update(faults.storm(
-        m.srv.port, clients, a.fault_deadline_s, fake_bootstrap=a.disaggregation_decode)),
+        m.srv.port, clients, opts.fault_deadline_s, fake_bootstrap=opts.disaggregation_decode)),
         daemon=True)
     th.start()
     time.sleep(0.1)  # the storm's clients are in flight
-    during, err_during = greedy_off_chain(st, a, m, "during the storm")
-    th.join(a.fault_deadline_s + 30)
+    during, err_during = greedy_off_chain(st, opts, m, "during the storm")
+    th.join(opts.fault_deadline_s + 30)
     if not out:
         out = {"clients": len(clients), "errors": 1, "error_messages": ["storm did not end"]}
     st.log(f"  {m.tag}: fault storm {out.get('storm_s')}s: completed {out.get('completed')}, "
@@ -583,23 +498,23 @@ def fault_check(st, a, m, vocab):
            f"{out.get('max_output_gap_s')}s at {out.get('output_gap_window_s')}, max ttfb "
            f"{out.get('max_ttfb_s')}s, /v1/loads slowest {out.get('loads_max_answer_s')}s "
            f"({out.get('loads_unanswered')} unanswered); greedy during: {during} off chain")
-    time.sleep(a.fault_idle_s)
-    after, err_after = greedy_off_chain(st, a, m, "after the idle pause")
+    time.sleep(opts.fault_idle_s)
+    after, err_after = greedy_off_chain(st, opts, m, "after the idle pause")
     alive, health = m.srv.alive()
     retract_lines, retracted = faults.count_retractions(m.srv.log_path)
     var, be, ov, spec, pw = m.greedy_key
     entry = {"variant": var, "attention_backend": be, "speculative": spec, "overlap": ov,
-             "piecewise_cuda_graph": pw, **deployment_fields(a), **out,
+             "piecewise_cuda_graph": pw, **deployment_fields(opts), **out,
              "greedy_prompts": len(st.prompts),
              "prompts_off_chain_during": during, "prompts_off_chain_after": after,
              "greedy_errors": [e for e in (err_during, err_after) if e],
-             "idle_s": a.fault_idle_s, "alive": alive, "health_status": health,
+             "idle_s": opts.fault_idle_s, "alive": alive, "health_status": health,
              "retractions": retract_lines, "retracted_requests": retracted,
-             "new_tokens": a.fault_new_tokens, "check_s": round(time.time() - t0, 1),
+             "new_tokens": opts.fault_new_tokens, "check_s": round(time.time() - t0, 1),
              # since the server started: the greedy checks, the storm and the idle pause
              **truth_counts(m)}
     st.faults.append(entry)
-    st.log(f"  {m.tag}: after {a.fault_idle_s:g}s idle: greedy {after} off chain, alive "
+    st.log(f"  {m.tag}: after {opts.fault_idle_s:g}s idle: greedy {after} off chain, alive "
            f"{alive} (/health {health}), retractions {retract_lines} ({retracted} requests)")
     for e in entry["greedy_errors"]:
         st.errors.append(f"faults {m.tag}: {e}")
@@ -613,7 +528,7 @@ def fault_check(st, a, m, vocab):
 CAPTURE_DONE = ("Capture cuda graph end", "The server is fired up")
 
 
-def start_gate(st, a, m):
+def start_gate(st, opts: RunOptions, m):
     """Side by side, the next server starts once server m has captured its
     CUDA graphs (or serves, or has failed). The capture's first batch size
     is where a fresh server JIT-compiles its kernels (flashinfer, sglang's
@@ -626,7 +541,7 @@ def start_gate(st, a, m):
     pick ports in the same instant)."""
     t0 = time.time()
     spacing = pace.start_spacing_s()
-    if a.start_together:
+    if opts.start_together:
         time.sleep(spacing)
         return
     why = m.srv.wait_for_log(CAPTURE_DONE, start_timeout(st))
@@ -643,24 +558,24 @@ def start_timeout(st, longest=900, margin=20):
     return max(10.0, min(longest, st.time_left() - margin))
 
 
-def profile_order(members, a):
+def profile_order(members, opts: RunOptions):
     """(concurrency, with_stack, member) of the profiles to take: for each
     concurrency, the plain trace of every server, then the stack traces."""
-    kinds = [(False, a.profile_steps), (True, a.profile_stack_steps)]
-    return [(c, stack, m) for c in a.profile_concurrency
+    kinds = [(False, opts.profile_steps), (True, opts.profile_stack_steps)]
+    return [(c, stack, m) for c in opts.profile_concurrency
             for stack, steps in kinds if steps for m in members]
 
 
-def profile_point(st, a, m, c, with_stack, vocab):
-    steps = a.profile_stack_steps if with_stack else a.profile_steps
+def profile_point(st, opts: RunOptions, m, c, with_stack, vocab):
+    steps = opts.profile_stack_steps if with_stack else opts.profile_steps
     kind = "stack" if with_stack else "gpu"
     t0 = time.time()
     try:
-        traces = profiling.capture(m.srv.url, os.path.join(a.work_dir, "profiles"), steps,
-                                   with_stack, c, vocab, input_len=a.input_len, ranks=a.tp)
+        traces = profiling.capture(m.srv.url, os.path.join(opts.work_dir, "profiles"), steps,
+                                   with_stack, c, vocab, input_len=opts.input_len, ranks=opts.tp)
         summaries = {}
         for rank, trace in traces.items():
-            rk = "" if a.tp == 1 else f"-rank{rank}"
+            rk = "" if opts.tp == 1 else f"-rank{rank}"
             name = f"{m.tag}-c{c}-{kind}{rk}.trace.json.gz"
             named = os.path.join(os.path.dirname(trace), name)  # which server, kind, rank
             os.replace(trace, named)
@@ -672,7 +587,7 @@ def profile_point(st, a, m, c, with_stack, vocab):
     for rank, (name, summary) in summaries.items():
         st.profiles.append({"variant": m.var, "attention_backend": m.be, "speculative": m.spec,
                             "overlap": m.ov, "piecewise_cuda_graph": m.pw, "concurrency": c,
-                            **deployment_fields(a), "rank": rank, "with_stack": with_stack,
+                            **deployment_fields(opts), "rank": rank, "with_stack": with_stack,
                             "trace": name, **summary})
         st.log(f"  {m.tag} c={c} rank {rank}: profile ({kind}, {steps} forwards, "
                f"{time.time() - t0:.0f}s): "
@@ -683,32 +598,32 @@ def profile_point(st, a, m, c, with_stack, vocab):
     st.write()
 
 
-def bench_point(st, a, m, rep, c, target, vocab):
+def bench_point(st, opts: RunOptions, m, rep, c, target, vocab):
     srv = m.srv
     first = c not in m.nprompts  # this repeat checks the probe's count
     if first:
         # twice: the first pass at a new batch size runs cold
-        probe_throughput(srv.url, c, a.input_len, a.output_len, vocab)
-        tps = probe_throughput(srv.url, c, a.input_len, a.output_len, vocab)
-        m.nprompts[c] = sizing.from_probe(tps, a.output_len, c, a.min_seconds)
+        probe_throughput(srv.url, c, opts.input_len, opts.output_len, vocab)
+        tps = probe_throughput(srv.url, c, opts.input_len, opts.output_len, vocab)
+        m.nprompts[c] = sizing.from_probe(tps, opts.output_len, c, opts.min_seconds)
         st.log(f"  {m.tag} c={c}: probe {tps:.0f} tok/s -> {m.nprompts[c]} prompts")
-    out = os.path.join(a.work_dir, f"bench-{m.tag}-c{c}-r{rep}.jsonl")
+    out = os.path.join(opts.work_dir, f"bench-{m.tag}-c{c}-r{rep}.jsonl")
     if os.path.exists(out):
         os.remove(out)
-    sample, bcmd = run_bench(st.runner, srv, m.env, a, target, c, m.nprompts[c], out)
+    sample, bcmd = run_bench(st.runner, srv, m.env, opts, target, c, m.nprompts[c], out)
     if not any("bench_serving" in x for x in st.commands):
         st.commands.append(bcmd)  # one example; the others differ in port/prompts
     dur = sample.get("duration_s") or 0
     resize = sizing.after_first if first else sizing.grown
-    m.nprompts[c] = resize(m.nprompts[c], c, dur, a.min_seconds)
-    if sizing.is_short(dur, a.min_seconds) and st.time_left() > 30:
+    m.nprompts[c] = resize(m.nprompts[c], c, dur, opts.min_seconds)
+    if sizing.is_short(dur, opts.min_seconds) and st.time_left() > 30:
         # every kept repeat lasts >= min_seconds: measure this one again
-        st.log(f"  {m.tag} rep {rep} c={c}: {dur:.1f}s < {a.min_seconds:g}s, "
+        st.log(f"  {m.tag} rep {rep} c={c}: {dur:.1f}s < {opts.min_seconds:g}s, "
                f"again with {m.nprompts[c]} prompts")
         os.remove(out)
-        sample, _ = run_bench(st.runner, srv, m.env, a, target, c, m.nprompts[c], out)
+        sample, _ = run_bench(st.runner, srv, m.env, opts, target, c, m.nprompts[c], out)
         m.nprompts[c] = sizing.grown(m.nprompts[c], c, sample.get("duration_s") or 0,
-                                     a.min_seconds)
+                                     opts.min_seconds)
     sample["rep"] = rep  # pairs it with the other builds' same repeat (results.paired_ratios)
     st.samples.setdefault(m.run_key(c), []).append(sample)
     st.log(f"  {m.tag} rep {rep} c={c}: TPOT {sample['tpot_ms']:.3f} ms ITL "

@@ -17,6 +17,7 @@ import urllib.error
 import urllib.request
 
 import pace
+from cpus import pin_child
 
 
 def free_port(start=30000):
@@ -191,13 +192,9 @@ class Server:
         self.log = open(self.log_path, "w")
         self.log.write(" ".join(self.cmd) + "\n")
         self.log.flush()
-        cpus = self.cpus
-        # set in the child before exec: every process sglang forks from it
-        # (schedulers, detokenizer) inherits the set
-        pin = (lambda: os.sched_setaffinity(0, cpus)) if cpus else None
         self.proc = subprocess.Popen(self.cmd, env=self.env, stdout=self.log,
                                      stderr=subprocess.STDOUT, start_new_session=True,
-                                     preexec_fn=pin)
+                                     preexec_fn=pin_child(self.cpus))
         # Poll for readiness from now on, not from whenever wait_ready() is
         # called: side by side, the first server's wait_ready() comes only
         # after the later servers were launched and gated, and its start

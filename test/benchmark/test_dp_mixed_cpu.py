@@ -4,7 +4,6 @@ carries the deployment, and the mixed load serves its prompts while the
 long generations decode, outputs on the chain. Plus mixed.py's pieces
 (stream reading, the overlap test) and the DP option checks."""
 
-import argparse
 import json
 import os
 import subprocess
@@ -18,6 +17,7 @@ sys.path.insert(0, os.path.dirname(E2E))
 import mixed  # noqa: E402
 import results  # noqa: E402
 import run  # noqa: E402
+from options import RunOptions  # noqa: E402
 from server import server_command  # noqa: E402
 
 
@@ -62,14 +62,12 @@ def test_dp_attention_run_with_the_mixed_load(tmp_path):
 
 
 def test_dp_fields_key_the_records_apart():
-    a = argparse.Namespace(tp=2, disaggregation_decode=False, spec_auto=False, dp=2,
-                           enable_dp_attention=True)
+    a = RunOptions(tp=2, dp=2, enable_dp_attention=True)
     assert run.deployment_fields(a) == {"tp": 2, "dp": 2, "dp_attention": True}
-    replicas = argparse.Namespace(tp=2, disaggregation_decode=False, spec_auto=False, dp=2,
-                                  enable_dp_attention=False)
+    replicas = RunOptions(tp=2, dp=2, enable_dp_attention=False)
     assert run.deployment_fields(replicas) == {"tp": 2, "dp": 2}
-    plain = argparse.Namespace(tp=2, disaggregation_decode=False, spec_auto=False)
-    assert run.deployment_fields(plain) == {"tp": 2}  # also a namespace without the options
+    plain = RunOptions(tp=2)
+    assert run.deployment_fields(plain) == {"tp": 2}  # dp 1: no dp fields
     point = {"variant": "base", "attention_backend": "default", "speculative": "EAGLE3",
              "overlap": True, "piecewise_cuda_graph": False, "concurrency": 8}
     keys = {results._key(dict(point, **run.deployment_fields(x)), results.RUN_KEY)

@@ -2,13 +2,14 @@
 greedy_runs): the fields the results schema and the steering checks read."""
 
 import os
+import dataclasses
 import sys
-import types
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(REPO, "benchmark"))
 
 import run  # noqa: E402  (benchmark/run.py: the run loop)
+from options import RunOptions  # noqa: E402
 
 EAGLE = ("base", "triton", True, "EAGLE3", True)
 NOSPEC = ("base", "triton", True, "none", True)
@@ -16,8 +17,7 @@ NOSPEC = ("base", "triton", True, "none", True)
 
 def _state(outputs):
     st = object.__new__(run.Run)
-    st.a = types.SimpleNamespace(greedy_new_tokens=2, tp=2, disaggregation_decode=False,
-                                 spec_auto=False)
+    st.opts = RunOptions(greedy_new_tokens=2, tp=2)
     st.fmap = None
     st.greedy_debug = {}
     st.greedy_out = dict(outputs)
@@ -50,7 +50,7 @@ def test_runs_digest_equal_outputs_equally():
 
 def test_records_say_disaggregated_decode_and_the_own_chain():
     st = _state({EAGLE: [[1, 2, 3], [7, 8, 9]], NOSPEC: [[1, 2, 3], [7, 8, 0]]})
-    st.a.disaggregation_decode = True
+    st.opts = dataclasses.replace(st.opts, disaggregation_decode=True)
     st.fmap = {t: t + 1 for t in range(10)}
     st.prompts = [[5], [6]]
     st.greedy_debug = {EAGLE: {"seq_lens_truth_checks": 40, "seq_lens_truth_violations": 0}}

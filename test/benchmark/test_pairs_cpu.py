@@ -11,6 +11,7 @@ import pytest
 from standin_sglang import FAST_PACE, REPO, make_site, port_block
 
 sys.path.insert(0, os.path.join(REPO, "benchmark"))
+import cpus  # noqa: E402
 import pairs  # noqa: E402
 
 PAIRS = os.path.join(REPO, "benchmark", "pairs.py")
@@ -38,11 +39,11 @@ def test_cpu_slices_keep_hyperthread_siblings_in_one_copy(tmp_path, monkeypatch)
     # 8 logical CPUs on 4 cores, numbered as Linux often does: CPUs 0-3 are
     # the first thread of each core, 4-7 their siblings
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(8)))
-    cores = pairs.cpu_cores(fake_topology(tmp_path, [0, 1, 2, 3, 0, 1, 2, 3]))
+    cores = cpus.cpu_cores(fake_topology(tmp_path, [0, 1, 2, 3, 0, 1, 2, 3]))
     assert cores == [[0, 4], [1, 5], [2, 6], [3, 7]]
-    assert pairs.cpu_slices(cores, 2) == [[0, 1, 4, 5], [2, 3, 6, 7]]
-    assert pairs.cpu_slices(cores, 8) is None  # fewer cores than copies: no pinning
-    assert pairs.cpu_cores(str(tmp_path / "missing")) is None
+    assert cpus.cpu_slices(cores, 2) == [[0, 1, 4, 5], [2, 3, 6, 7]]
+    assert cpus.cpu_slices(cores, 8) is None  # fewer cores than copies: no pinning
+    assert cpus.cpu_cores(str(tmp_path / "missing")) is None
 
 
 def test_plan_gives_each_copy_its_own_gpus_cpus_ports_and_dirs():

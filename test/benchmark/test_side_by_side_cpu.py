@@ -292,16 +292,16 @@ def fake_topology(root, cpus, per_core=1):
 
 
 def test_pin_sets_give_whole_cores_and_the_client_one():
-    import run
+    import cpus
 
     cores = [[0, 8], [1, 9], [2, 10], [3, 11], [4, 12], [5, 13], [6, 14], [7, 15]]
-    servers, harness = run.pin_sets(cores, 2)
+    servers, harness = cpus.pin_sets(cores, 2)
     # 8 cores: 3 each for two servers, the client one plus the one left over
     assert servers == [[0, 1, 2, 8, 9, 10], [3, 4, 5, 11, 12, 13]]
     assert harness == [6, 7, 14, 15]
-    assert run.cpu_list(servers[0]) == "0-2,8-10" and run.cpu_list([5]) == "5"
-    assert run.pin_sets(cores[:2], 2) is None  # no core for the client
-    assert run.pin_sets(None, 1) is None  # topology unreadable
+    assert cpus.cpu_list(servers[0]) == "0-2,8-10" and cpus.cpu_list([5]) == "5"
+    assert cpus.pin_sets(cores[:2], 2) is None  # no core for the client
+    assert cpus.pin_sets(None, 1) is None  # topology unreadable
 
 
 @pytest.mark.slow

@@ -80,10 +80,11 @@ def test_bench_point_resizes_after_a_long_first_repeat(tmp_path, monkeypatch):
 
     sys.path.insert(0, os.path.join(REPO, "benchmark"))
     import run
+    from options import RunOptions
 
     ran = []  # prompts of each bench_serving run
 
-    def fake_bench(runner, srv, env, a, target, c, n, out):
+    def fake_bench(runner, srv, env, opts, target, c, n, out):
         ran.append(n)
         # this server decodes 800 prompts in 27.6 s at c=32
         dur = n * 27.6 / 800
@@ -95,11 +96,10 @@ def test_bench_point_resizes_after_a_long_first_repeat(tmp_path, monkeypatch):
     monkeypatch.setattr(run, "probe_throughput", lambda *a, **k: 800 * 256 / 10 / 1.3)
     st = types.SimpleNamespace(runner=None, commands=[], samples={}, log=lambda msg: None,
                                write=lambda: None, time_left=lambda: 1000)
-    a = types.SimpleNamespace(work_dir=str(tmp_path), min_seconds=10.0, output_len=256,
-                              input_len=256)
+    opts = RunOptions(work_dir=str(tmp_path), min_seconds=10.0, output_len=256, input_len=256)
     m = types.SimpleNamespace(srv=types.SimpleNamespace(url="http://x"), nprompts={}, tag="t",
                               env={}, run_key=lambda c: ("t", c))
     for rep in range(3):
-        run.bench_point(st, a, m, rep, 32, None, 32000)
+        run.bench_point(st, opts, m, rep, 32, None, 32000)
     assert ran == [800, 544, 544]
     assert all(s["duration_s"] >= 10.0 for s in st.samples[("t", 32)])

@@ -1,7 +1,7 @@
 """e2e run --spec-auto: EAGLE3 servers launched with sglang's own speculative
 parameters, recorded under their own key."""
 
-import argparse
+import dataclasses
 import os
 import sys
 
@@ -9,6 +9,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "benchmar
 
 import results  # noqa: E402
 import run  # noqa: E402
+from options import RunOptions  # noqa: E402
 from server import server_command  # noqa: E402
 
 SPEC_FLAGS = ("--speculative-num-steps", "--speculative-eagle-topk",
@@ -29,7 +30,7 @@ def test_auto_launch_passes_only_the_draft_model():
 
 
 def test_auto_runs_are_kept_apart_from_fixed_ones():
-    a = argparse.Namespace(tp=1, disaggregation_decode=False, spec_auto=True)
+    a = RunOptions(tp=1, spec_auto=True)
     fields = run.deployment_fields(a)
     assert fields == {"tp": 1, "spec_params": "auto"}
     point = {"variant": "base", "attention_backend": "triton", "speculative": "EAGLE3",
@@ -37,8 +38,7 @@ def test_auto_runs_are_kept_apart_from_fixed_ones():
     auto = dict(point, **fields)
     fixed = dict(point, tp=1)  # an older record: no spec_params field
     assert results._key(auto, results.RUN_KEY) != results._key(fixed, results.RUN_KEY)
-    a.spec_auto = False
-    assert "spec_params" not in run.deployment_fields(a)
+    assert "spec_params" not in run.deployment_fields(dataclasses.replace(a, spec_auto=False))
 
 
 def test_tables_name_auto_parameters_and_dp_attention():
@@ -51,13 +51,11 @@ def test_tables_name_auto_parameters_and_dp_attention():
 
 
 def test_a_tree_is_launched_and_keyed_by_its_parameters():
-    a = argparse.Namespace(tp=1, disaggregation_decode=False, spec_auto=False,
-                           spec_steps=5, spec_topk=4, spec_draft_tokens=8)
+    a = RunOptions(tp=1, spec_steps=5, spec_topk=4, spec_draft_tokens=8)
     assert run.deployment_fields(a) == {"tp": 1, "spec_params": "5/4/8"}
     steps, topk, draft = run.spec_params(a)
     tree = server_command("python3", "T", "D", 30000, "triton", "EAGLE3", True, True,
                           spec_steps=steps, topk=topk, draft_tokens=draft)
     assert [tree[tree.index(f) + 1] for f in SPEC_FLAGS] == ["5", "4", "8"]
-    chain = argparse.Namespace(tp=1, disaggregation_decode=False, spec_auto=False,
-                               spec_steps=5, spec_topk=1, spec_draft_tokens=None)
+    chain = RunOptions(tp=1, spec_steps=5, spec_topk=1, spec_draft_tokens=None)
     assert "spec_params" not in run.deployment_fields(chain)
