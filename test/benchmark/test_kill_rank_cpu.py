@@ -20,6 +20,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 sys.path.insert(0, os.path.join(REPO, "benchmark"))
 
 import kill_rank  # noqa: E402
+from standin_sglang import port_block  # noqa: E402
 
 FAKE_LAUNCH_SERVER = textwrap.dedent('''
     import http.server, json, os, subprocess, sys, threading, time
@@ -125,13 +126,16 @@ def run_kill(tmp_path, *extra, mode="exit"):
     site = fake_site(tmp_path)
     out = tmp_path / "kill.json"
     env = dict(os.environ, PYTHONPATH=site, FAKE_ON_RANK_DEATH=mode)
-    res = subprocess.run(
-        [sys.executable, os.path.join(REPO, "benchmark", "kill_rank.py"),
-         "--variant", f"base={site}", "--variant", f"upstream-0.5.13={site}",
-         "--preset", "tiny", "--card", "FAKE", "--settle-s", "0.2",
-         "--busy-clients", "3", "--busy-new-tokens", "2000",
-         "--work-dir", str(tmp_path / "work"), "--out", str(out), *extra],
-        env=env, capture_output=True, text=True, timeout=300)
+    # a block of ports of its own: tests that run at once never race for one
+    with port_block() as port_base:
+        res = subprocess.run(
+            [sys.executable, os.path.join(REPO, "benchmark", "kill_rank.py"),
+             "--variant", f"base={site}", "--variant", f"upstream-0.5.13={site}",
+             "--preset", "tiny", "--card", "FAKE", "--settle-s", "0.2",
+             "--busy-clients", "3", "--busy-new-tokens", "2000",
+             "--port-base", str(port_base),
+             "--work-dir", str(tmp_path / "work"), "--out", str(out), *extra],
+            env=env, capture_output=True, text=True, timeout=300)
     return res, json.loads(out.read_text())
 
 
@@ -168,7 +172,9 @@ def test_a_killed_rank_that_ends_the_server(tmp_path):
 
 
 def test_a_launcher_that_exits_and_leaves_its_ranks(tmp_path):
-    res, data = run_kill(tmp_path, "--cap-s", "1.5", "--scenarios", "idle", mode="exit-leave")
+    # the cap bounds how long the stand-in launcher may take to see its rank
+    # die and exit: generous, so that a loaded machine does not fail it
+    res, data = run_kill(tmp_path, "--cap-s", "8", "--scenarios", "idle", mode="exit-leave")
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     for k in data["kills"]:
         assert k["exited"] is True and k["exit_code"] == 7
