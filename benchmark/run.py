@@ -86,7 +86,7 @@ class Run:
         out = []
         for key, ids in self.greedy_out.items():
             var, be, ov, spec, _ = key
-            if spec != "EAGLE3":
+            if spec == "none":
                 continue
             # the no-spec reference of the same build, backend and overlap
             ref = next((v for (rv, rb, ro, rs, _), v in self.greedy_out.items()
@@ -94,7 +94,7 @@ class Run:
             if ref is None:
                 continue
             bad = greedy.compare(ids, ref)
-            entry = self._greedy_fields(key, ids)
+            entry = dict(self._greedy_fields(key, ids), speculative=spec)
             entry.update({"mismatched_prompts": len(bad), "mismatches": bad,
                           "new_tokens": self.a.greedy_new_tokens})
             out.append(entry)
@@ -164,6 +164,8 @@ def deployment_fields(a):
         fields["dp"] = a.dp
     if getattr(a, "enable_dp_attention", False):
         fields["dp_attention"] = True
+    if getattr(a, "token_map", False):  # FR-Spec: EAGLE servers got --speculative-token-map
+        fields["token_map"] = True
     return fields
 
 
@@ -210,7 +212,7 @@ def settings(a):
     # EAGLE3 first: it is what the series changes; the no-spec server then
     # still gets its greedy reference in before a --deadline-s cuts benches
     for spec in sorted(a.speculative, key=lambda s: s == "none"):
-        pws = a.piecewise if (spec == "EAGLE3" or a.nospec_piecewise == "all") else a.piecewise[:1]
+        pws = a.piecewise if (spec != "none" or a.nospec_piecewise == "all") else a.piecewise[:1]
         out += [(spec, pw) for pw in pws]
     return out
 
@@ -357,6 +359,7 @@ def member_command(a, m, target, draft, port):
                           topk=spec_params(a)[1], draft_tokens=spec_params(a)[2],
                           mem_fraction=a.mem_fraction_static,
                           max_total_tokens=a.max_total_tokens,
+                          token_map=getattr(a, "token_map", False),
                           extra=server_extra_args(a), dp=getattr(a, "dp", 1),
                           dp_attention=getattr(a, "enable_dp_attention", False))
 
