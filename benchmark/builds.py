@@ -84,16 +84,31 @@ def apply_series(site, env, log):
     return st.stdout.strip()
 
 
+def wants_eagle_draft(a):
+    """Whether a run serves EAGLE (v1): its models need DIR/draft-eagle.
+    `speculative` is a list (e2e.py run) or one name (kill_rank.py)."""
+    spec = getattr(a, "speculative", None) or ()
+    return "EAGLE" in ([spec] if isinstance(spec, str) else spec)
+
+
 def ensure_models(a, log):
+    """Build the model pair in a.models_dir (default: the work dir's
+    models-PRESET), or reuse the one there if it was built with the same
+    settings; with EAGLE among a.speculative, also the EAGLE draft
+    (make_models.py --eagle-draft: the pair's files stay the same bytes).
+    Returns (the models dir, its metadata)."""
     d = a.models_dir or os.path.join(a.work_dir, f"models-{a.preset}")
     want = {"preset": a.preset, "accept_steps": a.accept_steps,
             "draft_accuracy": a.draft_accuracy, "spec_steps": a.spec_steps}
-    meta_path = os.path.join(d, "draft", "synthetic.json")
-    if os.path.exists(meta_path):
-        meta = json.load(open(meta_path))
-        if all(meta.get(k) == v for k, v in want.items()):
+    # the EAGLE draft's metadata is the pair's and its own; a later build
+    # without it leaves it stale: the pair's must match as well
+    drafts = ["draft"] + (["draft-eagle"] if wants_eagle_draft(a) else [])
+    metas = [os.path.join(d, name, "synthetic.json") for name in drafts]
+    if all(os.path.exists(p) for p in metas):
+        metas = [json.load(open(p)) for p in metas]
+        if all(m.get(k) == v for m in metas for k, v in want.items()):
             log(f"models: reusing {d}")
-            return d, meta
+            return d, metas[-1]
     # In a child process: weights generated on the GPU stay in this
     # process's CUDA cache otherwise (22 GB for llama-8b-shape), on GPU 0
     # only, and a tensor-parallel server then refuses to start ("The
@@ -103,6 +118,8 @@ def ensure_models(a, log):
             "--device", a.model_device, "--spec-steps", str(a.spec_steps)]
     if a.accept_steps is not None:
         argv += ["--accept-steps", str(a.accept_steps)]
+    if len(drafts) > 1:
+        argv.append("--eagle-draft")
     t0 = time.time()
     done = subprocess.run(argv, capture_output=True, text=True)
     if done.returncode != 0:

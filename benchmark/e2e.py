@@ -22,7 +22,9 @@ server also gets a storm of clients that disconnect, are aborted or complete,
 with greedy checks through it and after an idle pause.  With --mixed-load
 new long prompts prefill on one DP rank while the others decode long
 generations (--dp N --enable-dp-attention --preset qwen3-small: sglang's DP
-attention; benchmark/mixed.py), outputs checked.  Results merge into
+attention; benchmark/mixed.py), outputs checked.  --speculative EAGLE serves
+an EAGLE (v1) draft built beside the pair, and --token-map gives it FR-Spec
+(--speculative-token-map).  Results merge into
 <out-dir>/<yyyy-mm-dd>-<card>.json after every point, so a run stopped by a
 time limit still leaves what it measured.  `report` renders a results file
 as Markdown (benchmark/results/*.md), the index of a results directory, and
@@ -106,7 +108,11 @@ def build_parser():
     r.add_argument("--piecewise", type=csv(onoff),
                    help="comma list of default/disabled (--disable-piecewise-cuda-graph)")
     r.add_argument("--speculative", type=csv(str),
-                   help="comma list of EAGLE3/none")
+                   help="comma list of EAGLE3/EAGLE/none (EAGLE: the model dir's EAGLE v1 "
+                   "draft, draft-eagle, built on demand)")
+    r.add_argument("--token-map", action="store_true",
+                   help="FR-Spec: the EAGLE servers get --speculative-token-map "
+                   "(draft-eagle/token_map.pt, the hot tokens); records carry token_map")
     r.add_argument("--nospec-piecewise", choices=["first", "all"],
                    help="no-spec servers only at the first --piecewise setting "
                    "(default, saves a server start per call) or at all")
@@ -288,6 +294,7 @@ def run_options(ns, ap):
         ap.error("--keep-servers needs --side-by-side: servers run one at a time "
                  "otherwise, and a kept one would hold the GPU beside the next")
     check_dp(opts, ap)
+    check_speculative(opts, ap)
     if opts.mixed_load and opts.disaggregation_decode:
         ap.error("--mixed-load needs prefills: not with --disaggregation-decode")
     for spec in opts.variant:
@@ -315,6 +322,16 @@ def check_dp(opts, ap):
         ap.error(f"--enable-dp-attention: --preset {opts.preset} is a Llama target, whose "
                  "attention sglang 0.5.12.post1 splits over all TP ranks; use --preset "
                  "qwen3-small")
+
+
+def check_speculative(opts, ap):
+    """Known speculative settings, and a token map only where an EAGLE
+    server takes it (sglang's EAGLE3 worker ignores one)."""
+    if not opts.speculative or any(s not in results.SPECULATIVE for s in opts.speculative):
+        ap.error(f"--speculative: a comma list of {', '.join(results.SPECULATIVE)}")
+    if opts.token_map and "EAGLE" not in opts.speculative:
+        ap.error("--token-map: FR-Spec applies to EAGLE drafts only; add EAGLE to "
+                 "--speculative")
 
 
 def preset_arch(preset):

@@ -31,6 +31,7 @@ class RunOptions:
     piecewise: tuple[bool, ...] = (True, False)
     speculative: tuple[str, ...] = ("none", "EAGLE3")
     nospec_piecewise: str = "first"  # "first" | "all"
+    token_map: bool = False  # FR-Spec: the EAGLE servers get the draft's token map
     # bench_serving points
     concurrency: tuple[int, ...] = (1, 8, 32)
     repeats: int = 3

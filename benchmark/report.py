@@ -90,7 +90,7 @@ def render_value(title, value, level=3):
 # the sections of one results page
 def setting(r):
     """What a server ran, in the words of the tables."""
-    parts = [r["variant"], r.get("speculative", "")]
+    parts = [r["variant"], r.get("speculative", ""), results.fr_spec_label(r).strip()]
     if "attention_backend" in r:
         parts.append(r["attention_backend"])
     pw = r.get("piecewise_cuda_graph")
@@ -398,6 +398,15 @@ def setup_lines(data):
     return out
 
 
+def greedy_title(data):
+    """The greedy-equivalence section's title: which speculative servers
+    its entries compare with no speculation (an entry without
+    `speculative` is EAGLE3's)."""
+    specs = {g.get("speculative", "EAGLE3") for g in data["greedy_equivalence"]}
+    name = "EAGLE3" if specs <= {"EAGLE3"} else "speculative decoding"
+    return f"Greedy equivalence ({name} vs no speculation)"
+
+
 def render(data, source):
     """The Markdown page of one results file (`source`: its repository path)."""
     results.validate(data)
@@ -412,7 +421,7 @@ def render(data, source):
         paired = paired_section(data)
         if paired:
             out += [""] + paired
-    for key, title in (("greedy_equivalence", "Greedy equivalence (EAGLE3 vs no speculation)"),
+    for key, title in (("greedy_equivalence", greedy_title(data)),
                        ("greedy_runs", "Greedy outputs per server")):
         if data.get(key):
             out += [""] + render_value(title, data[key], level=2)

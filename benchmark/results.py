@@ -15,15 +15,22 @@ import statistics
 
 RUN_KEY = ("variant", "attention_backend", "speculative", "overlap",
            "piecewise_cuda_graph", "concurrency", "tp", "disaggregation", "spec_params",
-           "dp", "dp_attention")
+           "dp", "dp_attention", "token_map")
 GREEDY_KEY = ("variant", "attention_backend", "overlap", "piecewise_cuda_graph", "tp",
-              "disaggregation", "spec_params", "dp", "dp_attention")
+              "disaggregation", "spec_params", "dp", "dp_attention", "token_map",
+              "speculative")
 # key fields that older results files lack, and the value they then mean
 # (spec_params "auto": sglang chose the EAGLE steps, topk and draft tokens;
 # dp: sglang's --dp-size where above 1, dp_attention: True with
-# --enable-dp-attention; absent, a server without data parallelism)
+# --enable-dp-attention; absent, a server without data parallelism;
+# token_map: True where the EAGLE servers ran FR-Spec; speculative: a
+# greedy-equivalence entry without it compared EAGLE3 with no speculation)
 KEY_DEFAULTS = {"tp": 1, "rank": 0, "disaggregation": None, "spec_params": None,
-                "dp": None, "dp_attention": None}
+                "dp": None, "dp_attention": None, "token_map": None,
+                "speculative": "EAGLE3"}
+# a record's `speculative`: EAGLE3 (the pair's draft), EAGLE (the EAGLE v1
+# draft, with `token_map` FR-Spec) or none
+SPECULATIVE = ("EAGLE3", "EAGLE", "none")
 VARIANTS = ("base", "patched", "upstream-0.5.13")
 # A site with only the series' first NNNN patches, measured beside the others
 # (device_compare.sh with SIDE_BY_SIDE): a bisection of the series.
@@ -87,7 +94,7 @@ def _key(entry, fields):
 
 SWEEP_KEY = ("variant", "preset", "accept_steps", "draft_accuracy", "spec_steps")
 PROFILE_KEY = RUN_KEY + ("with_stack", "rank")
-GREEDY_RUN_KEY = GREEDY_KEY + ("speculative",)
+GREEDY_RUN_KEY = GREEDY_KEY  # `speculative` included
 KEYED = (("runs", RUN_KEY), ("greedy_equivalence", GREEDY_KEY),
          ("greedy_runs", GREEDY_RUN_KEY), ("accept_sweep", SWEEP_KEY),
          ("profiles", PROFILE_KEY), ("faults", GREEDY_RUN_KEY),
@@ -274,11 +281,11 @@ def equivalence_by_digest(data, new_label=None):
     have = {_key(g, entry_key) for g in data.get("greedy_equivalence", [])}
     out = []
     for e in runs:
-        if e.get("speculative") != "EAGLE3":
+        if e.get("speculative") in (None, "none"):
             continue
         key = _key(e, entry_key)
         # the no-spec reference: the same server but for speculation (any piecewise setting)
-        same = tuple(f for f in entry_key if f != "piecewise_cuda_graph")
+        same = tuple(f for f in entry_key if f not in ("piecewise_cuda_graph", "speculative"))
         refs = [r for r in runs if r.get("speculative") == "none"
                 and _key(r, same) == _key(e, same)]
         # the reference with the same piecewise setting first
@@ -297,7 +304,9 @@ def equivalence_by_digest(data, new_label=None):
                     "by": "sha256", "sha256": e["sha256"],
                     "calls": [e.get("call"), ref.get("call")],
                     "reference_piecewise_cuda_graph": ref.get("piecewise_cuda_graph"),
-                    **{k: e[k] for k in ("disaggregation", "dp", "dp_attention") if e.get(k)}})
+                    **{k: e[k] for k in ("disaggregation", "dp", "dp_attention", "token_map")
+                       if e.get(k)},
+                    **({"speculative": e["speculative"]} if e["speculative"] != "EAGLE3" else {})})
     return out
 
 
@@ -334,7 +343,7 @@ def validate(data):
         w = f"runs[{i}]"
         if not is_variant(r.get("variant")):
             raise ValueError(f"{w}: variant {r.get('variant')!r}")
-        if r.get("speculative") not in ("EAGLE3", "none"):
+        if r.get("speculative") not in SPECULATIVE:
             raise ValueError(f"{w}: speculative {r.get('speculative')!r}")
         need(r, "attention_backend", str, w)
         need(r, "overlap", bool, w)
@@ -368,7 +377,15 @@ def _setting(r):
     tp = "" if r.get("tp", 1) == 1 else f" tp{r['tp']}"
     pd = " disagg-decode" if r.get("disaggregation") == "decode" else ""
     dp = dp_label(r)
-    return f"{r['variant']} {r['speculative']} {r['attention_backend']} {pw}{ov}{tp}{pd}{dp}"
+    return (f"{r['variant']} {r['speculative']}{fr_spec_label(r)} {r['attention_backend']} "
+            f"{pw}{ov}{tp}{pd}{dp}")
+
+
+def fr_spec_label(r):
+    """The label of a record of an EAGLE server with a token map (FR-Spec),
+    " fr-spec", else ""; the call's no-spec servers carry `token_map` too,
+    but ran without one."""
+    return " fr-spec" if r.get("token_map") and r.get("speculative", "EAGLE3") == "EAGLE" else ""
 
 
 def dp_label(r):
@@ -394,7 +411,10 @@ def table(data):
         pw = "" if pw is None else (" pcg" if pw else " no-pcg")
         pw += "" if g.get("tp", 1) == 1 else f" tp{g['tp']}"
         pw += dp_label(g)
-        lines.append(f"greedy {g['variant']} {g['attention_backend']}{pw} overlap={g['overlap']}: "
+        spec = g.get("speculative", "EAGLE3")
+        spec = "" if spec == "EAGLE3" else f" {spec}{fr_spec_label(g)}"
+        lines.append(f"greedy {g['variant']}{spec} {g['attention_backend']}{pw} "
+                     f"overlap={g['overlap']}: "
                      f"{g['mismatched_prompts']}/{g['prompts']} prompts differ")
     for w in data.get("accept_sweep", []):
         got = w.get("measured_accept_length")
@@ -421,7 +441,7 @@ def plot(data, png):
         xs = [r["concurrency"] for r in pts]
         ys = [r["tpot_ms_median"] for r in pts]
         err = [r["tpot_ms_spread"] / 2 for r in pts]
-        style = "-" if "EAGLE3" in name else "--"
+        style = "--" if name.split()[1] == "none" else "-"
         ax.errorbar(xs, ys, yerr=err, fmt="o" + style, capsize=3, label=name)
     ax.set_xscale("log", base=2)
     ax.set_xticks(sorted({r["concurrency"] for r in data["runs"]}))

@@ -88,7 +88,7 @@ class Run:
         out = []
         for key, ids in self.greedy_out.items():
             var, be, ov, spec, _ = key
-            if spec != "EAGLE3":
+            if spec == "none":
                 continue
             # the no-spec reference of the same build, backend and overlap
             ref = next((v for (rv, rb, ro, rs, _), v in self.greedy_out.items()
@@ -96,7 +96,7 @@ class Run:
             if ref is None:
                 continue
             bad = greedy.compare(ids, ref)
-            entry = self._greedy_fields(key, ids)
+            entry = dict(self._greedy_fields(key, ids), speculative=spec)
             entry.update({"mismatched_prompts": len(bad), "mismatches": bad,
                           "new_tokens": self.opts.greedy_new_tokens})
             out.append(entry)
@@ -166,6 +166,8 @@ def deployment_fields(opts: RunOptions):
         fields["dp"] = opts.dp
     if opts.enable_dp_attention:
         fields["dp_attention"] = True
+    if opts.token_map:  # FR-Spec: EAGLE servers got --speculative-token-map
+        fields["token_map"] = True
     return fields
 
 
@@ -210,7 +212,7 @@ def settings(opts: RunOptions):
     # EAGLE3 first: it is what the series changes; the no-spec server then
     # still gets its greedy reference in before a --deadline-s cuts benches
     for spec in sorted(opts.speculative, key=lambda s: s == "none"):
-        every_pw = spec == "EAGLE3" or opts.nospec_piecewise == "all"
+        every_pw = spec != "none" or opts.nospec_piecewise == "all"
         pws = opts.piecewise if every_pw else opts.piecewise[:1]
         out += [(spec, pw) for pw in pws]
     return out
@@ -310,6 +312,7 @@ def member_command(opts: RunOptions, m, target, draft, port):
                           topk=spec_params(opts)[1], draft_tokens=spec_params(opts)[2],
                           mem_fraction=opts.mem_fraction_static,
                           max_total_tokens=opts.max_total_tokens,
+                          token_map=opts.token_map,
                           extra=server_extra_args(opts), dp=opts.dp,
                           dp_attention=opts.enable_dp_attention)
 

@@ -60,12 +60,25 @@ def http_json(url, payload=None, timeout=600):
 
 
 DEFAULT_BACKEND = "default"
+# speculative algorithms a server can run, besides "none": EAGLE3 with the
+# pair's draft, EAGLE (v1) with the draft make_models writes beside it
+SPEC_ALGORITHMS = ("EAGLE3", "EAGLE")
+
+
+def eagle_draft(draft):
+    """The EAGLE (v1) draft beside the EAGLE3 draft `draft` (make_models.py
+    --eagle-draft: MODELS/draft-eagle), and its token map for FR-Spec."""
+    d = os.path.join(os.path.dirname(draft), "draft-eagle")
+    return d, os.path.join(d, "token_map.pt")
 
 
 def server_command(python, target, draft, port, attention_backend, speculative,
                    overlap, piecewise, tp=1, spec_steps=3, topk=1, draft_tokens=4,
                    mem_fraction=None, max_total_tokens=None, extra=(), dp=1,
-                   dp_attention=False):
+                   dp_attention=False, token_map=False):
+    """The launch_server command of one server. `speculative`: EAGLE3,
+    EAGLE (the EAGLE draft beside `draft`, eagle_draft) or none; token_map:
+    with EAGLE, FR-Spec (--speculative-token-map, the draft's hot tokens)."""
     cmd = [python, "-m", "sglang.launch_server", "--model-path", target,
            "--host", "127.0.0.1", "--port", str(port), "--tp", str(tp),
            # "default": no flag, the backend sglang picks (fa3 on Hopper for
@@ -77,9 +90,12 @@ def server_command(python, target, draft, port, attention_backend, speculative,
            "--dtype", "bfloat16", "--random-seed", "0",
            # concurrency <= 32 in the benchmark: capture no larger graphs
            "--cuda-graph-max-bs", "32", "--max-running-requests", "48"]
-    if speculative == "EAGLE3":
-        cmd += ["--speculative-algorithm", "EAGLE3",
-                "--speculative-draft-model-path", draft]
+    if speculative in SPEC_ALGORITHMS:
+        eagle, hot = eagle_draft(draft)
+        cmd += ["--speculative-algorithm", speculative,
+                "--speculative-draft-model-path", eagle if speculative == "EAGLE" else draft]
+        if token_map and speculative == "EAGLE":  # sglang's EAGLE3 ignores a token map
+            cmd += ["--speculative-token-map", hot]
         if spec_steps is not None:  # None: sglang's own choice (e2e --spec-auto)
             cmd += ["--speculative-num-steps", str(spec_steps),
                     "--speculative-eagle-topk", str(topk),

@@ -43,8 +43,23 @@ the design above holds unchanged (sglang 0.5.12.post1 serves Qwen3, not
 Llama, with --enable-dp-attention). The draft is the Llama EAGLE3 head for
 either target.
 
+With --eagle-draft it also writes an EAGLE (v1) draft for FR-Spec (sglang's
+--speculative-token-map, which only EAGLE drafts use): DIR/draft-eagle, a
+LlamaForCausalLMEagle of one layer, and DIR/draft-eagle/token_map.pt, the
+list of the preset's hot tokens (those of the EAGLE3 draft vocab, f's whole
+image: every output token). sglang gives such a draft the target's embedding
+and lm_head (the head cut to the hot tokens under a token map), so the draft
+holds no lm_head and no embedding: fc takes the embedding half of its input,
+cat(embed(token), target hidden), as it is, and attention and MLP add only a
+small random update (o_proj and down_proj small, as in the target's layers).
+The draft's output is then ~ the token's embedding, from which the target's
+head predicts f(token): the draft is right at every step, so with a token map
+its accept length stays steps + 1 only if the hot ids map back right. Its
+random weights come from a generator of their own: the other files are the
+same bytes with or without it.
+
 Usage: python benchmark/models/make_models.py --preset small --out DIR
-       [--accept-steps K] [--draft-accuracy P] [--device cuda]
+       [--accept-steps K] [--draft-accuracy P] [--device cuda] [--eagle-draft]
 writes DIR/target and DIR/draft (safetensors, config.json, tokenizer).
 """
 
@@ -112,7 +127,7 @@ def build_codes(torch, gen, dev, vocab, hot, cycle, code_dim):
 
 
 def build(preset, out, accept_steps=None, draft_accuracy=1.0, seed=0,
-          device="cpu", spec_steps=3):
+          device="cpu", spec_steps=3, eagle_draft=False):
     import torch
     from safetensors.torch import save_file
 
@@ -262,7 +277,46 @@ def build(preset, out, accept_steps=None, draft_accuracy=1.0, seed=0,
     _save(out, "draft", d, draft_config(p), meta, save_file)
     # f is needed by checks that want the expected greedy output
     torch.save({"f": f, "hot": hot, "cycle": cycle}, os.path.join(out, "token_map.pt"))
+    if eagle_draft:
+        meta = dict(meta, eagle_draft=build_eagle_draft(torch, p, out, meta, hot, seed, dev,
+                                                        save_file))
     return meta
+
+
+EAGLE_DRAFT = "draft-eagle"  # DIR/draft-eagle: the EAGLE (v1) draft
+TOKEN_MAP = "token_map.pt"  # in it: the hot token ids, for --speculative-token-map
+
+
+def build_eagle_draft(torch, p, out, meta, hot, seed, dev, save_file):
+    """DIR/draft-eagle and its token map (module docstring); returns what
+    its synthetic.json adds to the pair's metadata."""
+    H, nh, nkv, inter = p["hidden"], p["heads"], p["kv_heads"], p["inter"]
+    hd = H // nh
+    bf16 = torch.bfloat16
+    gen = torch.Generator(device=dev).manual_seed(seed + 2)  # not the pair's draws
+
+    def rand(*shape, std):
+        return (torch.randn(*shape, generator=gen, device=dev) * std).to(bf16)
+
+    std_in = 1 / math.sqrt(H)
+    # fc(cat(embed, hidden)) = embed: the token's own embedding goes on
+    fc = torch.cat([torch.eye(H, device=dev), torch.zeros(H, H, device=dev)], dim=1)
+    pre = "layers.0."  # no input_layernorm: sglang's EAGLE layer 0 has none
+    e = {"fc.weight": fc.to(bf16), "fc.bias": torch.zeros(H, dtype=bf16, device=dev),
+         pre + "post_attention_layernorm.weight": torch.ones(H, dtype=bf16, device=dev),
+         pre + "self_attn.q_proj.weight": rand(nh * hd, H, std=std_in),
+         pre + "self_attn.k_proj.weight": rand(nkv * hd, H, std=std_in),
+         pre + "self_attn.v_proj.weight": rand(nkv * hd, H, std=std_in),
+         pre + "self_attn.o_proj.weight": rand(H, nh * hd, std=LAYER_EPS / math.sqrt(nh * hd)),
+         pre + "mlp.gate_proj.weight": rand(inter, H, std=std_in),
+         pre + "mlp.up_proj.weight": rand(inter, H, std=std_in),
+         pre + "mlp.down_proj.weight": rand(H, inter, std=LAYER_EPS * 2 / math.sqrt(inter))}
+    info = {"dir": EAGLE_DRAFT, "token_map": os.path.join(EAGLE_DRAFT, TOKEN_MAP),
+            "hot_vocab_size": int(len(hot))}
+    _save(out, EAGLE_DRAFT, e, eagle_draft_config(p), dict(meta, eagle_draft=info), save_file)
+    # a plain list of ints: sglang's load_token_map reads it with weights_only
+    torch.save([int(t) for t in hot], os.path.join(out, EAGLE_DRAFT, TOKEN_MAP))
+    return info
 
 
 def expected_accept_length(k, p, steps):
@@ -312,6 +366,12 @@ def draft_config(p):
     return c
 
 
+def eagle_draft_config(p):
+    c = llama_config(p)  # sglang's Llama EAGLE head, whatever the target
+    c.update({"architectures": ["LlamaForCausalLMEagle"], "num_hidden_layers": 1})
+    return c
+
+
 def _save(out, name, tensors, config, meta, save_file):
     d = os.path.join(out, name)
     os.makedirs(d, exist_ok=True)
@@ -353,9 +413,12 @@ def main(argv=None):
                     help="--speculative-num-steps the server will use")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--device", default="cpu")
+    ap.add_argument("--eagle-draft", action="store_true",
+                    help="also write DIR/draft-eagle, an EAGLE (v1) draft, and its "
+                    "token map for FR-Spec")
     a = ap.parse_args(argv)
     meta = build(a.preset, a.out, a.accept_steps, a.draft_accuracy, a.seed,
-                 a.device, a.spec_steps)
+                 a.device, a.spec_steps, a.eagle_draft)
     print(json.dumps(meta))
 
 

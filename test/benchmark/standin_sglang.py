@@ -279,10 +279,11 @@ def make_site(tmp_path, token_map=False):
     (site / "launch_server.py").write_text(LAUNCH_SERVER)
     (site / "bench_serving.py").write_text(BENCH_SERVING)
     models = tmp_path / "work" / "models-tiny"
-    (models / "draft").mkdir(parents=True)
-    (models / "draft" / "synthetic.json").write_text(json.dumps(
-        {"preset": "tiny", "accept_steps": 3, "draft_accuracy": 0.8, "spec_steps": 3,
-         "vocab": 50}))
+    meta = {"preset": "tiny", "accept_steps": 3, "draft_accuracy": 0.8, "spec_steps": 3,
+            "vocab": 50}
+    for draft in ("draft", "draft-eagle"):  # the EAGLE3 draft and the EAGLE (v1) one
+        (models / draft).mkdir(parents=True)
+        (models / draft / "synthetic.json").write_text(json.dumps(meta))
     if token_map:
         import torch
 

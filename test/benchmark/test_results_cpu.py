@@ -92,7 +92,7 @@ def test_sweep_only_merge_keeps_the_runs_preset():
 
 
 @pytest.mark.parametrize("field,value", [("variant", "other"), ("concurrency", True),
-                                         ("overlap", 1), ("speculative", "EAGLE")])
+                                         ("overlap", 1), ("speculative", "EAGLE2")])
 def test_validate_rejects_bad_runs(field, value):
     r = _run()
     r[field] = value
