@@ -2,7 +2,8 @@
 # One device call that compares builds on one machine.
 #   - installs the kit once per machine (a warm machine keeps /tmp between
 #     calls): .kit -> base at /tmp/sb and, with the series applied by
-#     sglpatch, patched at /tmp/sp; .kit13 -> upstream-0.5.13 at /tmp/su
+#     sglpatch, patched at /tmp/sp; a kit of upstream release X.Y.Z (.kit13:
+#     0.5.13, .kit17: 0.5.17) -> upstream-X.Y.Z at /tmp/su-X.Y.Z (0.5.13: /tmp/su)
 #   - SYNC_TRACE=1: first runs a short patched (or upstream) EAGLE3 server
 #     with benchmark/probes/sitecustomize.py, which lists every host sync of
 #     the scheduler over 100 steady decode forwards (TRACE_ARGS: extra e2e
@@ -56,7 +57,8 @@ LOG_NAME=compare.log
 budget_start "$2"
 VARIANTS=$3
 shift 3
-WORK=/tmp/sglpatch-bench
+# the sites (COMPARE_SITES: another folder, e.g. a test's) and the harness's work folder
+S=${COMPARE_SITES:-/tmp} WORK=${COMPARE_WORK:-/tmp/sglpatch-bench}
 mkdir -p "$WORK"
 # a warm machine keeps /tmp: only this call's traces and logs go back
 rm -rf "$WORK/profiles" "$WORK"/pair*/profiles
@@ -64,23 +66,29 @@ rm -rf "$WORK/profiles" "$WORK"/pair*/profiles
 python3 benchmark/keep.py prune-logs "$WORK" > /dev/null
 gpu_env
 
-args=() partial=()
+args=() partial=() UP_SITE= UP_NAME=
 for v in ${VARIANTS//,/ }; do
   case $v in
-    base) kit_install "$KIT" /tmp/sb 0.5.12.post1 || exit 3; args+=(--variant base=/tmp/sb) ;;
+    base) kit_install "$KIT" "$S/sb" 0.5.12.post1 || exit 3; args+=(--variant "base=$S/sb") ;;
     patched)
-      kit_install "$KIT" /tmp/sb 0.5.12.post1 || exit 3
-      patched_site /tmp/sb /tmp/sp || exit 4
-      args+=(--variant patched=/tmp/sp --no-apply) ;;
-    upstream-0.5.13) kit_install "$KIT" /tmp/su 0.5.13 || exit 3; args+=(--variant upstream-0.5.13=/tmp/su) ;;
+      kit_install "$KIT" "$S/sb" 0.5.12.post1 || exit 3
+      patched_site "$S/sb" "$S/sp" || exit 4
+      args+=(--variant "patched=$S/sp" --no-apply) ;;
+    upstream-*)
+      # an upstream release, unpatched, from a kit of that very version
+      ver=${v#upstream-}
+      site=$(upstream_site "$ver" "$S") || { echo "unknown variant $v (upstream-X.Y.Z[.postN])" >&2; exit 2; }
+      kit_install "$KIT" "$site" "$ver" || exit 3
+      UP_SITE=${UP_SITE:-$site} UP_NAME=${UP_NAME:-$v}
+      args+=(--variant "$v=$site") ;;
     patched-through-*)
       n=${v#patched-through-}
-      kit_install "$KIT" /tmp/sb 0.5.12.post1 || exit 3
-      patched_site /tmp/sb "/tmp/sp-$n" "$n" || exit 4
+      kit_install "$KIT" "$S/sb" 0.5.12.post1 || exit 3
+      patched_site "$S/sb" "$S/sp-$n" "$n" || exit 4
       # side by side: a server beside the others, under its own name (a
       # bisection of the series in one comparison); else a run of its own
       if [ -n "$SIDE_BY_SIDE" ]; then
-        args+=(--variant "$v=/tmp/sp-$n" --no-apply)
+        args+=(--variant "$v=$S/sp-$n" --no-apply)
       else
         partial+=("$n")
       fi ;;
@@ -88,14 +96,14 @@ for v in ${VARIANTS//,/ }; do
       # every patch of the series and a trial patch of benchmark/candidates/ on top
       patch=benchmark/candidates/${v#candidate-}.patch
       [ -f "$patch" ] || { echo "no trial patch $patch" >&2; exit 2; }
-      kit_install "$KIT" /tmp/sb 0.5.12.post1 || exit 3
-      candidate_site /tmp/sb "/tmp/sc-${v#candidate-}" "$patch" || exit 4
-      args+=(--variant "$v=/tmp/sc-${v#candidate-}" --no-apply) ;;
+      kit_install "$KIT" "$S/sb" 0.5.12.post1 || exit 3
+      candidate_site "$S/sb" "$S/sc-${v#candidate-}" "$patch" || exit 4
+      args+=(--variant "$v=$S/sc-${v#candidate-}" --no-apply) ;;
     *) echo "unknown variant $v" >&2; exit 2 ;;
   esac
 done
 if [ -n "$ADDON" ]; then
-  addon_install "$ADDON" /tmp/sb /tmp/sp /tmp/sp-[0-9]* /tmp/sc-* /tmp/su || exit 3
+  addon_install "$ADDON" "$S"/sb "$S"/sp "$S"/sp-[0-9]* "$S"/sc-* "$S"/su "$S"/su-[0-9]*[0-9] || exit 3
 fi
 # INSTALL_ONLY=1: only put the sites on the machine (the other kit comes in
 # the next call, as both kits together exceed what one call can send)
@@ -104,7 +112,7 @@ if [ "$HOST_TIME" = 1 ] || [ "$STARTUP_STACKS" = 1 ]; then
   rm -rf /tmp/probe-host && mkdir -p /tmp/probe-host
   for i in "${!args[@]}"; do
     case ${args[$i]} in
-      *=/tmp/s[bpu] | *=/tmp/sp-[0-9]* | *=/tmp/sc-*)
+      *="$S"/s[bpu] | *="$S"/sp-[0-9]* | *="$S"/sc-* | *="$S"/su-[0-9]*[0-9])
         probe_site "${args[$i]#*=}" "${args[$i]#*=}-probe" || exit 4
         args[$i]=${args[$i]}-probe ;;
     esac
@@ -114,13 +122,13 @@ if [ "$HOST_TIME" = 1 ] || [ "$STARTUP_STACKS" = 1 ]; then
   [ "$STARTUP_STACKS" = 1 ] && export SGLPATCH_STARTUP_STACKS=1
   log "probes (host time ${HOST_TIME:-0}, start-up stacks ${STARTUP_STACKS:-0}) in: ${args[*]}"
 fi
-SITE0=$(ls -d /tmp/sb /tmp/su 2>/dev/null | head -1)
+SITE0=$(ls -d "$S"/sb "$S"/su "$S"/su-[0-9]*[0-9] 2>/dev/null | head -1)
 export PYTHONPATH=$SITE0  # the harness itself needs the kit's tokenizers
 
 if [ "$SYNC_TRACE" = 1 ]; then
   # The probe goes into a copy of the site, so the measured servers never load it.
-  src=/tmp/sp name=patched
-  [ -d /tmp/sp ] || { src=/tmp/su name=upstream-0.5.13; }
+  src=$S/sp name=patched
+  [ -d "$S/sp" ] || { src=${UP_SITE:-$S/su} name=${UP_NAME:-upstream-0.5.13}; }
   rm -rf /tmp/probe && probe_site "$src" /tmp/probe-site || exit 4
   log "sync trace: $name"
   SGLPATCH_PROBE_DIR=/tmp/probe SGLPATCH_SYNC_TRACE=1 SGLPATCH_SYNC_SKIP=20 SGLPATCH_SYNC_STEPS=100 \

@@ -85,7 +85,7 @@ def build_parser():
     r = sub.add_parser("run", help="launch servers, check, measure",
                        argument_default=argparse.SUPPRESS)
     r.add_argument("--variant", action="append",
-                   help="base | patched | upstream-0.5.13, optionally =SITE "
+                   help="base | patched | upstream-X.Y.Z (e.g. upstream-0.5.17), optionally =SITE "
                    "(repeatable; default: base)")
     r.add_argument("--no-apply", action="store_true",
                    help="patched: do not run sglpatch apply")

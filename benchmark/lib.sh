@@ -33,6 +33,14 @@ kit_install() {  # kit_install KIT SITE VERSION: the kit's wheels into SITE, onc
   touch "$site/.kit-installed"; log "installed $kit into $site"
 }
 
+upstream_site() {  # upstream_site VERSION [DIR]: the site of upstream sglang VERSION
+  # (X.Y.Z or X.Y.Z.postN) in DIR (default /tmp), each release a site of its own:
+  # DIR/su-VERSION; 0.5.13 keeps DIR/su, the path the results files' commands
+  # name. Fails on a malformed version.
+  [[ "$1" =~ ^[0-9]+\.[0-9]+\.[0-9]+(\.post[0-9]+)?$ ]] || return 1
+  if [ "$1" = 0.5.13 ]; then echo "${2:-/tmp}/su"; else echo "${2:-/tmp}/su-$1"; fi
+}
+
 patched_site() {  # patched_site BASE SITE [NNNN]: a copy of BASE with the series
   # applied by the project's tool; with NNNN only patches 0001..NNNN
   local base=$1 site=$2 through=${3:-}
@@ -115,7 +123,8 @@ addon_install() {  # addon_install ADDON SITE...: an add-on kit's wheels over ea
     [ -d "$site" ] || continue
     [ -f "$site/.addon-$name" ] && { log "reuse $name in $site"; continue; }
     # an add-on replaces a package by the same version only: each sglang pins
-    # its own sgl-kernel (.kitfa3 serves 0.5.12.post1, .kitfa3-13 0.5.13)
+    # its own sgl-kernel (.kitfa3 serves 0.5.12.post1, .kitfa3-13 0.5.13,
+    # .kitfa3-17 0.5.17)
     addon_fits "$addon" "$site" || { log "skip $name for $site: $ADDON_MISFIT"; continue; }
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
       --upgrade --target "$site" "$addon"/w/*.whl || return 1

@@ -166,7 +166,7 @@ def paired_header(reference, turns):
 
 def paired_section(data):
     """Side by side only: each build over base in the same repeat, and, where
-    upstream 0.5.13 ran beside them, each patched build over upstream's."""
+    an upstream release ran beside them, each patched build over upstream's."""
     if not (data.get("bench") or {}).get("side_by_side"):
         return []
     pairs = results.paired_ratios(data)
@@ -184,11 +184,13 @@ def paired_section(data):
                       "it: a ratio that moves with the turn is partly the turn's." if turns else ""), "",
            table(paired_header("base", turns), paired_rows(pairs, turns))]
     # the turn split is base's (listed first), so it is left out of these
-    out += reference_section(
-        data, UPSTREAM, lambda v: v.startswith("patched"), "Patched over upstream 0.5.13",
-        "The same pairing with upstream sglang 0.5.13's server, measured in the same "
-        "repeats, in place of base: below 1.00 the patched build decoded faster than "
-        "upstream's.", "upstream 0.5.13")
+    for upstream in results.upstreams(data):
+        version = upstream.split("-", 1)[1]
+        out += reference_section(
+            data, upstream, lambda v: v.startswith("patched"), f"Patched over upstream {version}",
+            f"The same pairing with upstream sglang {version}'s server, measured in the same "
+            "repeats, in place of base: below 1.00 the patched build decoded faster than "
+            "upstream's.", f"upstream {version}")
     out += reference_section(
         data, "patched", lambda v: bool(results.CANDIDATE.match(v)),
         "Trial patches over the patched build",

@@ -3,7 +3,7 @@
 One file per day and card: benchmark/results/<yyyy-mm-dd>-<card>.json.
 A later run on the same day and card merges into it: a run (or greedy entry)
 with the same key replaces the old one, the others are kept, so a second
-device call (e.g. upstream 0.5.13 after base) adds to the first one's file.
+device call (e.g. an upstream release after base) adds to the first one's file.
 Only the standard library is imported here (matplotlib lazily for the plot).
 """
 
@@ -32,6 +32,9 @@ KEY_DEFAULTS = {"tp": 1, "rank": 0, "disaggregation": None, "spec_params": None,
 # draft, with `token_map` FR-Spec) or none
 SPECULATIVE = ("EAGLE3", "EAGLE", "none")
 VARIANTS = ("base", "patched", "upstream-0.5.13")
+# Upstream sglang of a release, unpatched: upstream-X.Y.Z or upstream-X.Y.Z.postN
+# (device_compare.sh installs each from a kit of that version).
+UPSTREAM = re.compile(r"upstream-(\d+)\.(\d+)\.(\d+)(?:\.post(\d+))?$")
 # A site with only the series' first NNNN patches, measured beside the others
 # (device_compare.sh with SIDE_BY_SIDE): a bisection of the series.
 THROUGH = re.compile(r"patched-through-(\d{4})$")
@@ -42,18 +45,27 @@ CANDIDATE = re.compile(r"candidate-([a-z0-9][a-z0-9-]*)$")
 
 def is_variant(name):
     return name in VARIANTS or bool(THROUGH.match(str(name))) \
-        or bool(CANDIDATE.match(str(name)))
+        or bool(CANDIDATE.match(str(name))) or bool(UPSTREAM.match(str(name)))
 
 
 def variant_order(name):
     """Sort key: base, the partial series by length, patched, trial patches
-    (by name), upstream."""
+    (by name), upstream releases (by version)."""
     m = THROUGH.match(str(name))
     if m:
         return (1, int(m.group(1)))
     if CANDIDATE.match(str(name)):
         return (3, str(name))
+    m = UPSTREAM.match(str(name))
+    if m:
+        return (4, tuple(int(g or 0) for g in m.groups()))
     return (VARIANTS.index(name) * 2 if name in VARIANTS else 9, 0)
+
+
+def upstreams(data):
+    """The upstream releases (variant names) that ran in a results file, oldest first."""
+    names = {r.get("variant") for r in data.get("runs", [])}
+    return sorted((v for v in names if UPSTREAM.match(str(v))), key=variant_order)
 
 
 def card_slug(card):

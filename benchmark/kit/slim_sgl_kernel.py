@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Repack sglang_kernel wheel keeping only what an sm90 (H100) GPU needs.
 
-Usage: slim_sgl_kernel.py SRC.whl OUTDIR [--zero-foreign-cubins] [--fa3-hdim N]
+Usage: slim_sgl_kernel.py SRC.whl OUTDIR [--zero-foreign-cubins] [--fa3-hdim N [--fa3-no-fp8]]
 Keeps: sgl_kernel/*.py (+ subpackages quantization/, testing/), sgl_kernel/sm90/common_ops.abi3.so,
        sgl_kernel/spatial_ops.abi3.so (84 KB, lazily imported), triton_kernels/ (pure python),
        dist-info (METADATA, WHEEL, licenses) + regenerated RECORD.
@@ -18,8 +18,12 @@ Drops: sgl_kernel/flash_ops.abi3.so (FA3, ~1 GB), sgl_kernel/sm100/ (Blackwell),
        onto the same machine. CUDA loads modules lazily (torch's default), so a zeroed
        cubin fails only if one of its kernels is launched: a run that needs another variant
        dies with "invalid device function" / "no kernel image" — widen the rule then.
+       A cubin stored zstd-compressed in the fatbin (sglang-kernel 0.4.5 stores its largest
+       ones so) is judged by its decompressed ELF (the `zstd` command) and zeroed as a whole.
+--fa3-no-fp8: also zero the forward kernels for fp8 (e4m3/e5m2) inputs, which only an fp8
+       KV cache runs (sglang-kernel 0.4.5's add-on does not fit one call with them).
 """
-import base64, hashlib, os, re, struct, sys, zipfile
+import base64, hashlib, os, re, struct, subprocess, sys, zipfile
 
 import fatbin  # beside this script
 
@@ -57,22 +61,39 @@ def _cubin_functions(elf):
                 names.append(elf[stro + st_name:end].decode("ascii", "replace"))
     return names
 
-def slim_fa3(blob, hdim, keep_arch=90):
-    """Zero every FA3 cubin except the sm90 ones that serve head dim `hdim`."""
+ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+
+def _unzstd(payload):
+    """The ELF inside a zstd-compressed fatbin entry, or None. The entry's payload may
+    end in padding after the frame: zstd then exits non-zero but has written the frame."""
+    try:
+        out = subprocess.run(["zstd", "-d", "-c", "-q"], input=payload, capture_output=True).stdout
+    except OSError:
+        return None
+    return out if out[:4] == b"\x7fELF" else None
+
+def slim_fa3(blob, hdim, keep_arch=90, fp8=True):
+    """Zero every FA3 cubin except the sm90 ones that serve head dim `hdim`
+    (and, with fp8 False, not those for fp8 inputs)."""
     def keep(arch, payload):
         if arch != keep_arch:
             return False
+        if payload[:4] == ZSTD_MAGIC:
+            payload = _unzstd(payload)
+            if payload is None:
+                return True  # cannot look inside: leave it alone
         names = _cubin_functions(payload)
         if names is None:
             return True  # not a plain ELF (compressed/PTX): leave it alone
         j = " ".join(names)
         dims = {int(x) for x in re.findall(r"EEELi(\d+)E", j)}
         if "FlashAttnFwdSm90" in j:
-            return dims == {hdim}
+            return dims == {hdim} and (fp8 or not re.search(r"float_e[45]m[23]_t", j))
         return not dims or dims == {hdim} or "Combine" in j  # prepare / combine / helpers
 
     out, kept, zeroed = fatbin.zero_entries(blob, keep)
-    print(f"  flash_ops: kept {kept/1e6:.1f} MB (sm{keep_arch}, head dim {hdim}), zeroed {zeroed/1e6:.1f} MB")
+    print(f"  flash_ops: kept {kept/1e6:.1f} MB (sm{keep_arch}, head dim {hdim}{'' if fp8 else ', no fp8'}), "
+          f"zeroed {zeroed/1e6:.1f} MB")
     return out
 
 def main():
@@ -93,7 +114,7 @@ def main():
             if zero and n == "sgl_kernel/sm90/common_ops.abi3.so":
                 data = fatbin.zero_foreign_cubins(data)
             if n == FA3:
-                data = slim_fa3(data, fa3)
+                data = slim_fa3(data, fa3, fp8="--fa3-no-fp8" not in sys.argv)
             zi = zipfile.ZipInfo(n, date_time=info.date_time)
             zi.external_attr = info.external_attr
             zi.compress_type = zipfile.ZIP_DEFLATED

@@ -46,6 +46,21 @@ def test_a_trial_patch_name_is_a_variant():
                      "upstream-0.5.13"]
 
 
+def test_an_upstream_release_is_a_variant():
+    for name in ("upstream-0.5.13", "upstream-0.5.17", "upstream-0.5.12.post1"):
+        assert results.is_variant(name)
+        assert builds.parse_variant(f"{name}=/tmp/x") == (name, "/tmp/x")
+    for name in ("upstream-", "upstream-latest", "upstream-0.5", "upstream-0.5.17rc1"):
+        assert not results.is_variant(name)
+        with pytest.raises(SystemExit, match="unknown variant"):
+            builds.parse_variant(f"{name}=/tmp/x")
+    # after the trial patches, by release (0.5.9 before 0.5.13, a post release after its own)
+    order = sorted(["upstream-0.5.17", "upstream-0.5.13.post1", "candidate-a", "upstream-0.5.13",
+                    "upstream-0.5.9", "base"], key=results.variant_order)
+    assert order == ["base", "candidate-a", "upstream-0.5.9", "upstream-0.5.13",
+                     "upstream-0.5.13.post1", "upstream-0.5.17"]
+
+
 @pytest.mark.parametrize("patch", PATCHES, ids=os.path.basename)
 def test_trial_patch_applies_on_the_series_and_its_tests_pass(patch, tmp_path):
     site = tmp_path / "site"

@@ -135,6 +135,25 @@ def test_page_pairs_patched_with_upstream_when_upstream_ran_beside_it():
     assert "### Patched over upstream" not in report.render(data, "x.json")
 
 
+def test_page_pairs_patched_with_each_upstream_release_that_ran():
+    data = {"card": "GPU", "date": "2026-11-28", "model_preset": "small",
+            "bench": {"side_by_side": True}, "greedy_equivalence": [],
+            "runs": [_point("base", [2.0, 2.0], [0, 1]), _point("patched", [1.8, 2.2], [0, 1]),
+                     _point("upstream-0.5.17", [2.0, 2.2], [0, 1]),
+                     _point("upstream-0.5.13", [2.0, 2.0], [0, 1])]}
+    page = report.render(data, "x.json")
+    # oldest release first, each its own table; rows by version after the builds
+    assert page.index("### Patched over upstream 0.5.13") \
+        < page.index("### Patched over upstream 0.5.17")
+    section = page.split("### Patched over upstream 0.5.17", 1)[1]
+    assert "TPOT / upstream 0.5.17's, per repeat" in section
+    assert "| patched EAGLE3 triton pcg tp2 | 8 | 0.90 / 1.00 |" in section
+    latency = page.split("## Decode latency", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in latency.splitlines() if line.startswith("| ") and " EAGLE3 " in line]
+    assert [r.split()[1] for r in rows] == ["base", "patched", "upstream-0.5.13",
+                                            "upstream-0.5.17"]
+
+
 def _profile(variant, with_stack, frames=None):
     p = {"variant": variant, "attention_backend": "default", "speculative": "EAGLE3",
          "overlap": True, "piecewise_cuda_graph": True, "concurrency": 1, "tp": 1, "rank": 0,
