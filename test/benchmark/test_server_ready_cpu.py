@@ -42,14 +42,23 @@ def test_start_counts_until_the_server_served_not_until_wait_ready(tmp_path, por
     launched = time.time()
     srv.launch()
     try:
-        time.sleep(4)  # the other servers of the group start meanwhile
+        # the other servers of the group start meanwhile: wait_ready() comes
+        # well after the stand-in serves, however slow the machine is
+        while not (tmp_path / "journal.jsonl").exists() or not _has_up(tmp_path):
+            time.sleep(0.05)
+        time.sleep(4)
+        called = time.time() - launched
         srv.wait_ready()
         served = _up_at(tmp_path) - launched  # the stand-in listens from "up" on
-        # found serving by a poll after it came up: within the 1 s poll interval
-        assert served - 0.1 <= srv.start_s <= served + 1.5
-        assert srv.start_s < 3
+        # found serving by the readiness poll after it came up, not by the call
+        assert served - 0.1 <= srv.start_s < called - 1
     finally:
         srv.__exit__()
+
+
+def _has_up(tmp_path):
+    return any(json.loads(line)["event"] == "up"
+               for line in (tmp_path / "journal.jsonl").read_text().splitlines() if line)
 
 
 @pytest.mark.slow
@@ -64,7 +73,7 @@ def test_the_start_timeout_counts_from_the_launch(tmp_path, port_base):
             srv.wait_ready()
         # the timeout had passed already: no further wait, so a server
         # launched early cannot hold the run past its deadline
-        assert time.time() - t0 < 1
+        assert time.time() - t0 < 2.5  # not another 3 s timeout, on a loaded machine too
         assert srv.start_s is None
     finally:
         srv.__exit__()

@@ -313,6 +313,27 @@ def test_non_utf8_path_with_utf8_output(pristine, tmp_path):
     assert not os.path.exists(package + b"/.sglpatch-state.json")
 
 
+def _wait_until_it_opens(proc, path, timeout_s=60.0):
+    """Until PROC holds an open descriptor of PATH: the package directory,
+    which sglpatch opens to take its lock and keeps open while it waits."""
+    want = os.path.realpath(path)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, proc.communicate()
+        try:
+            fds = os.listdir(f"/proc/{proc.pid}/fd")
+        except FileNotFoundError:
+            fds = []
+        for fd in fds:
+            try:
+                if os.readlink(f"/proc/{proc.pid}/fd/{fd}") == want:
+                    return
+            except OSError:
+                continue
+        time.sleep(0.02)
+    raise AssertionError(f"sglpatch never opened {want}")
+
+
 def test_ctrl_c_while_waiting_is_exit_130_in_one_line(pristine):
     from sglpatch.lock import package_lock
 
@@ -324,7 +345,7 @@ def test_ctrl_c_while_waiting_is_exit_130_in_one_line(pristine):
             [sys.executable, "-m", "sglpatch", "apply", "--sglang-dir", str(pristine)],
             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-        time.sleep(1.5)  # started, and waiting for the lock
+        _wait_until_it_opens(proc, pristine)  # started, and waiting for the lock
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=30)
     assert proc.returncode == 130, (out, err)

@@ -29,8 +29,12 @@ def sigterm_raises():
         raise Terminated()
 
     old = signal.signal(signal.SIGTERM, handler)
+    # Ctrl-C as a user's foreground run takes it: a shell's background job
+    # (a test run started with `&`) inherits SIGINT ignored
+    old_int = signal.signal(signal.SIGINT, signal.default_int_handler)
     yield
     signal.signal(signal.SIGTERM, old)
+    signal.signal(signal.SIGINT, old_int)
 
 
 def _journals(root):
@@ -88,8 +92,11 @@ sys.exit(cli.main(["apply", "--sglang-dir", sys.argv[1]]))
                                          (signal.SIGINT, 130)])
 def test_a_real_signal_at_the_commit_is_delivered_after_the_clean_up(installed, signum,
                                                                      code):
+    # the child takes SIGINT as a foreground run does (not ignored, as a
+    # background job of a shell would inherit it)
     result = subprocess.run([sys.executable, "-c", _SIGNAL_AT_COMMIT, str(installed),
-                             str(int(signum))], cwd=REPO, capture_output=True, text=True)
+                             str(int(signum))], cwd=REPO, capture_output=True, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     assert result.returncode == code, result.stderr
     assert _journals(installed) == []
     report = engine.status_report(str(installed))
