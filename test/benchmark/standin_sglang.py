@@ -313,3 +313,22 @@ def run_e2e(tmp_path, *extra, env=None, token_map=False,
     events = [json.loads(x) for x in journal.read_text().splitlines()]
     (path,) = [p for p in out.iterdir() if p.suffix == ".json"]
     return events, json.loads(path.read_text())
+
+
+def model_configs(tmp_path, preset, names):
+    """benchmark/models/make_models.py's config.json of each of NAMES
+    ("target", "draft", "draft-eagle") for PRESET, written under tmp_path/NAME;
+    returns the module."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "make_models", os.path.join(os.path.dirname(E2E), "models", "make_models.py"))
+    mm = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mm)
+    p = mm.PRESETS[preset]
+    make = {"target": mm.target_config, "draft": mm.draft_config,
+            "draft-eagle": getattr(mm, "eagle_draft_config", None)}
+    for name in names:
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "config.json").write_text(json.dumps(make[name](p)))
+    return mm

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from standin_sglang import E2E, run_e2e
+from standin_sglang import E2E, model_configs, run_e2e
 
 sys.path.insert(0, os.path.dirname(E2E))
 import mixed  # noqa: E402
@@ -134,16 +134,7 @@ def test_sglang_accepts_the_dp_attention_launch(tmp_path, monkeypatch):
     on, the chunked prefill split per DP rank, piecewise CUDA graphs off, the
     overlap (spec v2) schedule kept, fa3 as the default backend."""
     S = pytest.importorskip("sglang.srt.server_args")
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location(
-        "make_models", os.path.join(os.path.dirname(E2E), "models", "make_models.py"))
-    mm = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mm)
-    p = mm.PRESETS["qwen3-small"]
-    for name, config in (("target", mm.target_config(p)), ("draft", mm.draft_config(p))):
-        (tmp_path / name).mkdir()
-        (tmp_path / name / "config.json").write_text(json.dumps(config))
+    model_configs(tmp_path, "qwen3-small", ("target", "draft"))
     # a Hopper card of 80 GB, as far as ServerArgs asks
     monkeypatch.setattr(S, "get_device_memory_capacity", lambda *a, **k: 81559, raising=False)
     monkeypatch.setattr(S, "is_hopper_with_cuda_12_3", lambda *a, **k: True, raising=False)

@@ -16,7 +16,7 @@ import sys
 
 import pytest
 
-from standin_sglang import E2E, run_e2e
+from standin_sglang import E2E, model_configs, run_e2e
 
 sys.path.insert(0, os.path.dirname(E2E))
 import report  # noqa: E402
@@ -55,17 +55,7 @@ def test_sglang_takes_the_fr_spec_launch(tmp_path, monkeypatch):
     token map, topk 1, fa3 as the default backend, the overlap (spec v2)
     schedule kept."""
     S = pytest.importorskip("sglang.srt.server_args")
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location(
-        "make_models", os.path.join(os.path.dirname(E2E), "models", "make_models.py"))
-    mm = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mm)
-    p = mm.PRESETS["tiny"]
-    for name, config in (("target", mm.target_config(p)), ("draft", mm.draft_config(p)),
-                         ("draft-eagle", mm.eagle_draft_config(p))):
-        (tmp_path / name).mkdir()
-        (tmp_path / name / "config.json").write_text(json.dumps(config))
+    model_configs(tmp_path, "tiny", ("target", "draft", "draft-eagle"))
     # a Hopper card of 80 GB, as far as ServerArgs asks
     monkeypatch.setattr(S, "get_device_memory_capacity", lambda *a, **k: 81559, raising=False)
     monkeypatch.setattr(S, "is_hopper_with_cuda_12_3", lambda *a, **k: True, raising=False)
