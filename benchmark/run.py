@@ -160,7 +160,7 @@ def deployment_fields(opts: RunOptions):
         fields["disaggregation"] = "decode"
     if opts.spec_auto:
         fields["spec_params"] = "auto"
-    elif spec_params(opts)[1:] != (1, spec_params(opts)[0] + 1):
+    elif spec_params(opts)[1:] != (1, opts.spec_steps + 1):
         fields["spec_params"] = "/".join(map(str, spec_params(opts)))
     if opts.dp > 1:
         fields["dp"] = opts.dp
