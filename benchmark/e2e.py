@@ -90,7 +90,8 @@ def build_parser():
     r.add_argument("--no-apply", action="store_true",
                    help="patched: do not run sglpatch apply")
     r.add_argument("--preset",
-                   help="tiny | small | llama-8b-shape | qwen3-small (a Qwen3 target: "
+                   help="tiny | small | small-fr (small with a hot vocab of 8000: FR-Spec "
+                   "on fa3) | llama-8b-shape | qwen3-small (a Qwen3 target: "
                    "the preset for --enable-dp-attention) | qwen3-tiny")
     r.add_argument("--models-dir",
                    help="where the model pair is built/reused "
@@ -332,16 +333,34 @@ def check_speculative(opts, ap):
     if opts.token_map and "EAGLE" not in opts.speculative:
         ap.error("--token-map: FR-Spec applies to EAGLE drafts only; add EAGLE to "
                  "--speculative")
+    p = preset_shape(opts.preset)
+    if opts.token_map and p is not None and p["draft_vocab"] >= p["vocab"]:
+        # a map of every token cuts nothing: the draft's head keeps the full
+        # vocabulary, and the run would not test FR-Spec at all
+        hot = sorted(n for n, q in presets().items() if q["draft_vocab"] < q["vocab"])
+        ap.error(f"--token-map: --preset {opts.preset}'s hot vocab is its whole vocab; "
+                 f"use a preset with a smaller one ({', '.join(hot)})")
 
 
-def preset_arch(preset):
-    """The target architecture of a model preset (benchmark/models/make_models.py),
-    None for a preset it does not know."""
+def presets():
+    """The model presets of benchmark/models/make_models.py, by name."""
     spec = importlib.util.spec_from_file_location(
         "make_models", os.path.join(HERE, "models", "make_models.py"))
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)  # imports torch only when it builds
-    p = mod.PRESETS.get(preset)
+    return mod.PRESETS
+
+
+def preset_shape(preset):
+    """A model preset's shape (benchmark/models/make_models.py), None for a
+    preset it does not know."""
+    return presets().get(preset)
+
+
+def preset_arch(preset):
+    """The target architecture of a model preset, None for a preset it does
+    not know."""
+    p = preset_shape(preset)
     return None if p is None else p.get("arch", "llama")
 
 

@@ -79,6 +79,10 @@ PRESETS = {
     # Llama-3.1-8B shape with a 32k-token draft vocab like real EAGLE3 heads
     "llama-8b-shape": dict(hidden=4096, layers=32, heads=32, kv_heads=8,
                            inter=14336, vocab=128256, draft_vocab=32000),
+    # `small`'s shape with a hot (draft) vocab of a quarter of the vocab: FR-Spec
+    # (--token-map) on fa3, whose add-on kit serves head dim 128 only (tiny's is 64)
+    "small-fr": dict(hidden=2048, layers=16, heads=16, kv_heads=8, inter=5632,
+                     vocab=32000, draft_vocab=8000),
     # `small`'s shape as a dense Qwen3 target: the DP-attention preset
     "qwen3-small": dict(hidden=2048, layers=16, heads=16, kv_heads=8, inter=5632,
                         vocab=32000, draft_vocab=32000, arch="qwen3"),

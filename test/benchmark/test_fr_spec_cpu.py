@@ -19,6 +19,7 @@ import pytest
 from standin_sglang import E2E, model_configs, run_e2e
 
 sys.path.insert(0, os.path.dirname(E2E))
+import e2e  # noqa: E402
 import report  # noqa: E402
 from options import RunOptions  # noqa: E402
 import results  # noqa: E402
@@ -100,13 +101,26 @@ def test_the_token_map_keys_the_records_apart():
 @pytest.mark.parametrize("args,said", [
     (["--speculative", "EAGLE3,none", "--token-map"], "FR-Spec applies to EAGLE drafts only"),
     (["--speculative", "EAGLE2"], "--speculative: a comma list of"),
+    # small's token map would hold every token: nothing of FR-Spec is tested
+    (["--preset", "small", "--speculative", "EAGLE", "--token-map"],
+     "--preset small's hot vocab is its whole vocab; use a preset with a smaller one"),
 ])
 def test_speculative_options_refused(tmp_path, args, said):
     res = subprocess.run([sys.executable, E2E, "run", "--work-dir", str(tmp_path),
                           "--preset", "tiny", *args],
                          capture_output=True, text=True, timeout=60)
     assert res.returncode == 2 and said in res.stderr, res.stderr
-    assert not (tmp_path / "models-tiny").exists()  # refused before any build
+    assert not list(tmp_path.glob("models-*"))  # refused before any build
+
+
+def test_the_fr_spec_preset_has_a_hot_vocab_and_fa3s_head_dim():
+    """small-fr, the preset of FR-Spec on the GPU: a hot vocab smaller than
+    the vocab (the token map cuts the draft's head) and head dim 128, the
+    one the FA3 add-on kit carries (tiny's 64 stops fa3 at graph capture)."""
+    p = e2e.preset_shape("small-fr")
+    assert p["draft_vocab"] < p["vocab"]
+    assert p["hidden"] // p["heads"] == 128
+    assert e2e.preset_arch("small-fr") == "llama"
 
 
 @pytest.mark.slow
