@@ -2,7 +2,9 @@
 
 For k = 1..N: patches 1..k applied to a full pristine sglang from the wheel
 with `sglpatch apply --through`, then the modules the series touches are imported in a fresh
-interpreter (with sglang's own sgl_kernel stub, as the unit tests do).
+interpreter (with sglang's own sgl_kernel stub, as the unit tests do): one
+forked from an interpreter that holds torch and sglang's other third-party
+packages already (import_zygote.py), never sglang.
 The wheel is unpacked once (per pytest-xdist worker): `apply --through k`
 continues from the prefix the last test left, so each patch is applied
 once and the bytecode of the modules no patch touched is compiled once.
@@ -18,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO
+from import_zygote import Zygote
 
 from sglpatch.series import PATCHES_DIR, read_series_names
 
@@ -72,9 +75,18 @@ def series_site(tmp_path_factory, wheel_path):
     return SeriesSite(tmp_path_factory.mktemp("bisect"), wheel_path)
 
 
+@pytest.fixture(scope="module")
+def importer():
+    """A fresh interpreter's imports for each prefix, torch and the other
+    third-party packages loaded once (import_zygote.py)."""
+    zygote = Zygote(env={"PATH": "/usr/bin:/bin"})
+    yield zygote
+    zygote.close()
+
+
 @pytest.mark.parametrize("count", range(1, len(SERIES) + 1),
                          ids=[name.split("-", 1)[0] for name in SERIES])
-def test_prefix_of_series_imports(tmp_path, series_site, count):
+def test_prefix_of_series_imports(tmp_path, series_site, importer, count):
     site = series_site.site
     number = SERIES[count - 1].split("-", 1)[0]
 
@@ -97,10 +109,6 @@ def test_prefix_of_series_imports(tmp_path, series_site, count):
     assert report["applied_through"] == SERIES[count - 1]
     series_site.applied = count
 
-    result = subprocess.run(
-        [sys.executable, "-W", "ignore", "-c", _IMPORT_ALL, *MODULES],
-        capture_output=True, text=True, cwd=tmp_path,
-        env={"PYTHONPATH": str(site), "PATH": "/usr/bin:/bin"},
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert result.stdout.strip().endswith(str(site / "sglang" / "__init__.py"))
+    rc, stdout, stderr = importer.run(site, tmp_path, _IMPORT_ALL, MODULES)
+    assert rc == 0, stderr[-3000:]
+    assert stdout.strip().endswith(str(site / "sglang" / "__init__.py"))

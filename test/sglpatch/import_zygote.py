@@ -1,0 +1,94 @@
+"""Import sglang from many sites without paying for its dependencies each time.
+
+Importing the modules the series touches takes a fresh interpreter ~6 s,
+two thirds of it in torch, transformers and the other third-party packages
+sglang pulls in, which are the same for every site. A `Zygote` is one
+interpreter that imports those packages (never sglang) once, then forks a
+child per request: the child puts the request's site first on sys.path,
+runs the request's code there and exits; its exit code and output come
+back as a fresh interpreter's would. A child changes nothing in the
+zygote, so each request sees only its own site's sglang.
+"""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+# third-party packages sglang's scheduler and workers import; those missing
+# here are skipped
+PRELOAD = ("torch", "torch.distributed", "torch._dynamo", "torchvision", "triton",
+           "transformers", "transformers.models.auto", "numpy", "safetensors",
+           "huggingface_hub", "fastapi", "uvicorn", "aiohttp", "requests", "zmq",
+           "pydantic", "openai", "msgspec", "orjson", "psutil", "PIL", "einops", "tqdm",
+           "xgrammar", "outlines", "flashinfer")
+
+_SERVE = r"""
+import importlib, json, os, sys, traceback
+for name in sys.argv[1:]:
+    try:
+        importlib.import_module(name)
+    except Exception:
+        pass
+# a child must find sglang on its request's site, not in this process
+assert not [m for m in sys.modules if m == "sglang" or m.startswith("sglang.")]
+for line in sys.stdin:
+    req = json.loads(line)
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            for fd, path in ((1, req["stdout"]), (2, req["stderr"])):
+                os.dup2(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644), fd)
+            os.chdir(req["cwd"])
+            sys.path.insert(0, req["site"])
+            sys.argv = ["-c", *req["argv"]]
+            exec(compile(req["code"], "<string>", "exec"), {"__name__": "__main__"})
+            code = 0
+        except SystemExit as e:
+            code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        except BaseException:
+            traceback.print_exc()
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    print(json.dumps({"rc": os.waitstatus_to_exitcode(status)}), flush=True)
+"""
+
+
+class Zygote:
+    """One preloaded interpreter; `run` is a fresh `python -c CODE ARGV...`
+    with `site` on PYTHONPATH, run in `cwd`, environment `env` (fixed for the
+    zygote's life: the first request's)."""
+
+    def __init__(self, env, python=sys.executable, preload=PRELOAD):
+        self.proc = subprocess.Popen(
+            [python, "-W", "ignore", "-c", _SERVE, *preload], env=env,
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+
+    def run(self, site, cwd, code, argv=()):
+        """(exit code, stdout, stderr) of CODE run with `site` first on sys.path."""
+        cwd = Path(cwd)
+        out, err = cwd / "zygote.stdout", cwd / "zygote.stderr"
+        req = dict(site=str(site), cwd=str(cwd), code=code, argv=list(argv),
+                   stdout=str(out), stderr=str(err))
+        self.proc.stdin.write(json.dumps(req) + "\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"the import zygote died (exit {self.proc.wait()})")
+        rc = json.loads(line)["rc"]
+        return rc, out.read_text(), err.read_text()
+
+    def close(self):
+        if self.proc.stdin:
+            self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        if self.proc.stdout:
+            self.proc.stdout.close()
