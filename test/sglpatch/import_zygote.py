@@ -11,6 +11,9 @@ zygote, so each request sees only its own site's sglang.
 """
 
 import json
+import os
+import select
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -64,23 +67,40 @@ class Zygote:
     zygote's life: the first request's)."""
 
     def __init__(self, env, python=sys.executable, preload=PRELOAD):
+        # a session of its own: a stuck child is killed with the zygote
         self.proc = subprocess.Popen(
             [python, "-W", "ignore", "-c", _SERVE, *preload], env=env,
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+            start_new_session=True)
 
-    def run(self, site, cwd, code, argv=()):
-        """(exit code, stdout, stderr) of CODE run with `site` first on sys.path."""
+    def run(self, site, cwd, code, argv=(), timeout=300):
+        """(exit code, stdout, stderr) of CODE run with `site` first on sys.path;
+        a request not answered within `timeout` seconds ends the zygote and
+        raises TimeoutError."""
         cwd = Path(cwd)
         out, err = cwd / "zygote.stdout", cwd / "zygote.stderr"
         req = dict(site=str(site), cwd=str(cwd), code=code, argv=list(argv),
                    stdout=str(out), stderr=str(err))
         self.proc.stdin.write(json.dumps(req) + "\n")
         self.proc.stdin.flush()
+        # one line a request, read whole: nothing waits in the pipe's buffer
+        if not select.select([self.proc.stdout], [], [], timeout)[0]:
+            self.kill()
+            raise TimeoutError(f"no answer from the import zygote in {timeout} s; "
+                               f"the child's stderr: {err.read_text()[-2000:]}")
         line = self.proc.stdout.readline()
         if not line:
             raise RuntimeError(f"the import zygote died (exit {self.proc.wait()})")
         rc = json.loads(line)["rc"]
         return rc, out.read_text(), err.read_text()
+
+    def kill(self):
+        """The zygote and any child it forked."""
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.proc.wait()
 
     def close(self):
         if self.proc.stdin:
@@ -88,7 +108,6 @@ class Zygote:
         try:
             self.proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+            self.kill()
         if self.proc.stdout:
             self.proc.stdout.close()

@@ -36,3 +36,10 @@ def test_a_failing_import_or_exit_comes_back_as_its_exit_code(tmp_path, zygote):
     ok = site(tmp_path, "ok", "")
     assert zygote.run(ok, tmp_path, "import sys; sys.exit(3)")[0] == 3
     assert zygote.run(ok, tmp_path, "import sglang")[0] == 0  # the zygote lives on
+
+
+def test_a_child_that_never_ends_is_killed_with_the_zygote(tmp_path, zygote):
+    ok = site(tmp_path, "ok", "")
+    with pytest.raises(TimeoutError, match="no answer from the import zygote in 1 s"):
+        zygote.run(ok, tmp_path, "import time; time.sleep(60)", timeout=1)
+    assert zygote.proc.poll() is not None
