@@ -196,22 +196,7 @@ tar_logs "$WORK"
   echo "== summary"
   for f in "$OUT_DIR"/dp-attention-*.json; do
     [ -f "$f" ] || continue
-    python3 - "$f" <<'EOF'
-import json, sys
-d = json.load(open(sys.argv[1]))
-for g in d.get("greedy_runs", []):
-    print(f"dp greedy {g['variant']} {g['speculative']}: sha256 {g['sha256']}, "
-          f"{g.get('prompts_off_constructed_f')} of {g['prompts']} prompts off the chain")
-for m in d.get("mixed_load", []):
-    print(f"dp mixed load {m['variant']}: {m.get('overlapped')} prompts while the other rank "
-          f"decoded (per rank {m.get('prompts_per_rank')}), off chain "
-          f"{m.get('prompts_off_chain')} + long {m.get('long_off_chain')}, alive {m.get('alive')}")
-for r in sorted(d.get("runs", []), key=lambda r: (r["variant"], r["concurrency"])):
-    print(f"dp bench {r['variant']} c={r['concurrency']}: TPOT {r['tpot_ms_median']} ms, "
-          f"accept {r['accept_length']}")
-for e in d.get("errors", []):
-    print(f"dp ERROR {e[:300]}")
-EOF
+    python3 benchmark/call_summary.py dp "$f"
   done
   if [ -f "$OUT_DIR/kill-rank.json" ]; then
     python3 - "$OUT_DIR/kill-rank.json" <<'EOF'

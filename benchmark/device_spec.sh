@@ -95,19 +95,7 @@ tar_logs "$WORK"
   echo "== summary"
   for f in "$OUT_DIR"/spec-*.json; do
     [ -f "$f" ] || continue
-    python3 - "$f" <<'EOF'
-import json, os, sys
-d = json.load(open(sys.argv[1]))
-name = os.path.basename(sys.argv[1])
-for g in d.get("greedy_runs", []):
-    print(f"{name} greedy {g['variant']} {g.get('spec_params', '3/1/4')}: "
-          f"sha256 {g['sha256']}, {g.get('prompts_off_constructed_f')} of {g['prompts']} off")
-for r in sorted(d.get("runs", []), key=lambda r: (r["concurrency"], r["variant"])):
-    print(f"{name} c={r['concurrency']} {r['variant']}: TPOT {r['tpot_ms_median']} ms, "
-          f"accept {r.get('accept_length')}")
-for e in d.get("errors", []):
-    print(f"{name} ERROR {e[:300]}")
-EOF
+    python3 benchmark/call_summary.py "$(basename "$f")" "$f"
   done
 } 2>&1 | tee -a "$OUT_DIR/compare.log"
 log "done"
