@@ -47,6 +47,7 @@ site is already patched).  See benchmark/README.md.
 """
 
 import argparse
+import functools
 import importlib.util
 import json
 import os
@@ -342,8 +343,10 @@ def check_speculative(opts, ap):
                  f"use a preset with a smaller one ({', '.join(hot)})")
 
 
+@functools.cache
 def presets():
-    """The model presets of benchmark/models/make_models.py, by name."""
+    """The model presets of benchmark/models/make_models.py, by name (the
+    module is executed once however many checks ask; read, never changed)."""
     spec = importlib.util.spec_from_file_location(
         "make_models", os.path.join(HERE, "models", "make_models.py"))
     mod = importlib.util.module_from_spec(spec)
