@@ -363,8 +363,19 @@ def serve_group(st, opts: RunOptions, group, target, draft, vocab):
             return False
 
         stack.push(keep_on_success)
+        ready = []
         for m in group:
-            m.srv.wait_ready()
+            try:
+                m.srv.wait_ready()
+            except Exception as e:
+                # a build that cannot start (a module its kit lacks, a
+                # refusal at start-up) is an error of its own: the servers
+                # beside it are measured as if it had never been listed
+                st.errors.append(f"{m.tag}: {e}"[:2000])
+                st.log(f"ERROR {m.tag}: {e}")
+                m.srv.stop()
+                continue
+            ready.append(m)
             start = {"setting": m.tag, "start_s": round(m.srv.start_s, 1),
                      "side_by_side": len(group)}
             if m.srv.adopted:
@@ -376,6 +387,9 @@ def serve_group(st, opts: RunOptions, group, target, draft, vocab):
                 start["sglpatch_line"] = said
             st.server_starts.append(start)
             st.log(f"  {m.tag} ready in {m.srv.start_s:.0f}s")
+        if not ready:
+            return
+        group = ready  # and keep_on_success keeps only these
         for m in group:
             greedy_check(st, opts, m)
         if opts.mixed_load:

@@ -263,6 +263,45 @@ def test_a_start_up_that_outlives_the_deadline_is_given_up_in_time(tmp_path):
 
 
 @pytest.mark.slow
+def test_a_build_that_cannot_start_leaves_the_others_measured(tmp_path):
+    """Side by side, one build whose server exits at start-up (upstream
+    0.5.17 without deep_gemm in its kit did) is an error of its own; the
+    servers beside it still give their greedy outputs and every repeat."""
+    import json
+
+    from standin_sglang import make_site, port_block
+
+    site = make_site(tmp_path)
+    bad = make_site(tmp_path / "bad")
+    with open(os.path.join(bad, "sglang", "launch_server.py"), "w") as fh:
+        fh.write("import sys\nprint(\"ModuleNotFoundError: No module named 'deep_gemm'\")\n"
+                 "sys.exit(1)\n")
+    out = tmp_path / "out"
+    env = dict(os.environ, FAKE_JOURNAL=str(tmp_path / "j.jsonl"), PYTHONPATH=site, **FAST_PACE)
+    with port_block() as port_base:
+        res = subprocess.run([sys.executable, E2E, "run", "--variant", f"base={site}",
+                              "--variant", f"upstream-0.5.13={bad}", "--variant",
+                              f"upstream-0.5.17={site}", "--preset", "tiny",
+                              "--speculative", "EAGLE3", "--piecewise", "default",
+                              "--concurrency", "1", "--repeats", "2", "--min-seconds", "0.5",
+                              "--greedy-prompts", "3", "--greedy-new-tokens", "4",
+                              "--card", "FAKE", "--side-by-side", "--max-total-tokens", "12345",
+                              "--start-together", "--port-base", str(port_base),
+                              "--work-dir", str(tmp_path / "work"), "--out-dir", str(out)],
+                             env=env, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 1, res.stdout[-3000:] + res.stderr[-3000:]
+    (path,) = [p for p in out.iterdir() if p.suffix == ".json"]
+    data = json.loads(path.read_text())
+    (error,) = data["errors"]
+    assert error.startswith("upstream-0.5.13-") and "server exited" in error
+    runs = {r["variant"]: r for r in data["runs"]}
+    assert sorted(runs) == ["base", "upstream-0.5.17"]
+    assert all(r["repeats"] == 2 for r in runs.values())
+    assert sorted(g["variant"] for g in data["greedy_runs"]) == ["base", "upstream-0.5.17"]
+    assert [e["ratios"] for e in results.paired_ratios(data)]
+
+
+@pytest.mark.slow
 def test_servers_keep_compiled_kernels_under_the_work_dir(tmp_path):
     """flashinfer's, Triton's and sglang's JIT (tvm-ffi) kernel caches go
     under the run's work dir (in /tmp on the GPU machine, which a warm
