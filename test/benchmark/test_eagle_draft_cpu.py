@@ -21,22 +21,16 @@ import sys
 
 import pytest
 
-from test_models_cpu import NEEDS, REPO, _load
+from test_models_cpu import REPO, _load, ensure_models_in_child, needs_model_libs
 
 BENCH = os.path.join(REPO, "benchmark")
 sys.path.insert(0, BENCH)
 import builds  # noqa: E402
 
 
-def _needs():
-    missing = [m for m in NEEDS if importlib.util.find_spec(m) is None]
-    if missing:
-        pytest.skip(f"model construction check needs {', '.join(missing)}")
-
-
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
-    _needs()
+    needs_model_libs()
     out = tmp_path_factory.mktemp("fr-spec")
     meta = _load("make_models").build("tiny", str(out), accept_steps=1, eagle_draft=True)
     return str(out), meta
@@ -202,22 +196,12 @@ def test_the_models_get_the_eagle_draft_when_eagle_is_served(tmp_path):
     """builds.ensure_models: a run with EAGLE builds draft-eagle beside the
     pair (in the child process), reuses it, and a pair built without it is
     built again with it."""
-    _needs()
-    code = (
-        "import argparse, json, sys\n"
-        f"sys.path.insert(0, {BENCH!r})\n"
-        "import builds\n"
-        "def ns(spec):\n"
-        "    return argparse.Namespace(preset='tiny', models_dir=sys.argv[1],\n"
-        "        work_dir=sys.argv[1], accept_steps=1, draft_accuracy=1.0, spec_steps=3,\n"
-        "        model_device='cpu', speculative=spec)\n"
+    needs_model_libs()
+    r = ensure_models_in_child(tmp_path, (
         "lines = []\n"
-        "metas = [builds.ensure_models(ns(s), lines.append)[1]\n"
+        "metas = [builds.ensure_models(ns(speculative=s), lines.append)[1]\n"
         "         for s in (['EAGLE3', 'none'], ['EAGLE3'], ['EAGLE', 'none'], ['EAGLE'])]\n"
-        "print(json.dumps({'metas': metas, 'lines': lines}))\n")
-    out = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True,
-                         text=True, check=True)
-    r = json.loads(out.stdout.strip().splitlines()[-1])
+        "print(json.dumps({'metas': metas, 'lines': lines}))\n"))
     said = [line.split()[1] for line in r["lines"]]
     assert said == ["built", "reusing", "built", "reusing"]
     assert "eagle_draft" not in r["metas"][0]

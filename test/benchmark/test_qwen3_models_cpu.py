@@ -5,21 +5,18 @@ the constructed token function, and the Llama EAGLE3 draft's accept length is
 what the construction says. Skips where torch / transformers / safetensors /
 tokenizers are missing."""
 
-import importlib.util
 import json
 import os
 import sys
 
 import pytest
 
-from test_models_cpu import NEEDS, REPO, _load
+from test_models_cpu import REPO, _load, needs_model_libs
 
 
 @pytest.fixture(scope="module")
 def pair(tmp_path_factory):
-    missing = [m for m in NEEDS if importlib.util.find_spec(m) is None]
-    if missing:
-        pytest.skip(f"model construction check needs {', '.join(missing)}")
+    needs_model_libs()
     out = tmp_path_factory.mktemp("qwen3-tiny")
     meta = _load("make_models").build("qwen3-tiny", str(out), accept_steps=1)
     return str(out), meta
