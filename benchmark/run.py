@@ -9,6 +9,7 @@ import hashlib
 import json
 import math
 import os
+import subprocess
 import sys
 import threading
 import time
@@ -390,8 +391,8 @@ def serve_group(st, opts: RunOptions, group, target, draft, vocab):
         if not ready:
             return
         group = ready  # and keep_on_success keeps only these
-        for m in group:
-            greedy_check(st, opts, m)
+        for m in list(group):
+            survives(st, m, group, "greedy", lambda m=m: greedy_check(st, opts, m))
         if opts.mixed_load:
             for m in group:
                 mixed_check(st, opts, m, vocab)
@@ -406,11 +407,35 @@ def serve_group(st, opts: RunOptions, group, target, draft, vocab):
             profile_point(st, opts, m, c, stack, vocab)
         if opts.no_bench:
             return
-        for rep, c, m in bench_order(group, opts.repeats, opts.concurrency):
+        for rep, c, m in bench_order(list(group), opts.repeats, opts.concurrency):
+            if m not in group:  # its server failed an earlier point
+                continue
             if st.time_left() < 30:
                 st.log(f"  deadline: stop at rep {rep} c={c} ({m.tag})")
                 return
-            bench_point(st, opts, m, rep, c, target, vocab)
+            survives(st, m, group, f"rep {rep} c={c}",
+                     lambda: bench_point(st, opts, m, rep, c, target, vocab))
+
+
+def survives(st, m, group, what, measure):
+    """measure() of one server of a side-by-side group. A server that fails
+    it (unpatched 0.5.12.post1 stops at its first decode of a topk-4 tree
+    on spec v2) is an error of its own, with whether its process exited; it
+    is stopped and leaves the group, and the servers beside it go on."""
+    try:
+        measure()
+        return True
+    except Exception as e:
+        try:  # a scheduler's crash takes the server down within seconds
+            rc = m.srv.proc.wait(timeout=10) if m.srv.proc is not None else None
+        except subprocess.TimeoutExpired:
+            rc = None
+        fate = "its process exited" if rc is not None else "its process was still running"
+        st.errors.append(f"{m.tag}: {what}: {e} ({fate})"[:2000])
+        st.log(f"ERROR {m.tag}: {what}: {e} ({fate})")
+        m.srv.stop()
+        group.remove(m)
+        return False
 
 
 def greedy_check(st, opts: RunOptions, m):

@@ -262,26 +262,20 @@ def test_a_start_up_that_outlives_the_deadline_is_given_up_in_time(tmp_path):
     assert any("not ready" in e for e in errors), errors
 
 
-@pytest.mark.slow
-def test_a_build_that_cannot_start_leaves_the_others_measured(tmp_path):
-    """Side by side, one build whose server exits at start-up (upstream
-    0.5.17 without deep_gemm in its kit did) is an error of its own; the
-    servers beside it still give their greedy outputs and every repeat."""
+def _three_side_by_side(tmp_path, base, up13, up17):
+    """`e2e.py run` of three builds side by side on the stand-in (sites
+    base, up13, up17; up17 serves), which must exit 1 for one build's error
+    -> results."""
     import json
 
-    from standin_sglang import make_site, port_block
+    from standin_sglang import port_block
 
-    site = make_site(tmp_path)
-    bad = make_site(tmp_path / "bad")
-    with open(os.path.join(bad, "sglang", "launch_server.py"), "w") as fh:
-        fh.write("import sys\nprint(\"ModuleNotFoundError: No module named 'deep_gemm'\")\n"
-                 "sys.exit(1)\n")
     out = tmp_path / "out"
-    env = dict(os.environ, FAKE_JOURNAL=str(tmp_path / "j.jsonl"), PYTHONPATH=site, **FAST_PACE)
+    env = dict(os.environ, FAKE_JOURNAL=str(tmp_path / "j.jsonl"), PYTHONPATH=up17, **FAST_PACE)
     with port_block() as port_base:
-        res = subprocess.run([sys.executable, E2E, "run", "--variant", f"base={site}",
-                              "--variant", f"upstream-0.5.13={bad}", "--variant",
-                              f"upstream-0.5.17={site}", "--preset", "tiny",
+        res = subprocess.run([sys.executable, E2E, "run", "--variant", f"base={base}",
+                              "--variant", f"upstream-0.5.13={up13}", "--variant",
+                              f"upstream-0.5.17={up17}", "--preset", "tiny",
                               "--speculative", "EAGLE3", "--piecewise", "default",
                               "--concurrency", "1", "--repeats", "2", "--min-seconds", "0.5",
                               "--greedy-prompts", "3", "--greedy-new-tokens", "4",
@@ -291,7 +285,22 @@ def test_a_build_that_cannot_start_leaves_the_others_measured(tmp_path):
                              env=env, capture_output=True, text=True, timeout=300)
     assert res.returncode == 1, res.stdout[-3000:] + res.stderr[-3000:]
     (path,) = [p for p in out.iterdir() if p.suffix == ".json"]
-    data = json.loads(path.read_text())
+    return json.loads(path.read_text())
+
+
+@pytest.mark.slow
+def test_a_build_that_cannot_start_leaves_the_others_measured(tmp_path):
+    """Side by side, one build whose server exits at start-up (upstream
+    0.5.17 without deep_gemm in its kit did) is an error of its own; the
+    servers beside it still give their greedy outputs and every repeat."""
+    from standin_sglang import make_site
+
+    site = make_site(tmp_path)
+    bad = make_site(tmp_path / "bad")
+    with open(os.path.join(bad, "sglang", "launch_server.py"), "w") as fh:
+        fh.write("import sys\nprint(\"ModuleNotFoundError: No module named 'deep_gemm'\")\n"
+                 "sys.exit(1)\n")
+    data = _three_side_by_side(tmp_path, site, bad, site)
     (error,) = data["errors"]
     assert error.startswith("upstream-0.5.13-") and "server exited" in error
     runs = {r["variant"]: r for r in data["runs"]}
@@ -299,6 +308,35 @@ def test_a_build_that_cannot_start_leaves_the_others_measured(tmp_path):
     assert all(r["repeats"] == 2 for r in runs.values())
     assert sorted(g["variant"] for g in data["greedy_runs"]) == ["base", "upstream-0.5.17"]
     assert [e["ratios"] for e in results.paired_ratios(data)]
+
+
+@pytest.mark.slow
+def test_a_build_that_dies_at_its_first_request_leaves_the_others_measured(tmp_path):
+    """Side by side, one build whose server exits at its first generation
+    (unpatched 0.5.12.post1 at sglang's own EAGLE parameters, a topk-4 tree
+    on spec v2, did: a device-side assert) is an error of its own, and the
+    servers beside it still give their greedy outputs and every repeat."""
+    from standin_sglang import make_site
+
+    site = make_site(tmp_path)
+    bad = make_site(tmp_path / "bad")
+    launcher = os.path.join(bad, "sglang", "launch_server.py")
+    with open(launcher) as fh:
+        text = fh.read()
+    serve = '        if self.path != "/generate":\n            return self._send({"success": True})\n'
+    assert serve in text
+    with open(launcher, "w") as fh:  # a scheduler that aborts at its first decode
+        fh.write(text.replace(serve, serve + "        os._exit(134)\n"))
+    data = _three_side_by_side(tmp_path, bad, site, site)
+    (error,) = data["errors"]
+    assert error.startswith("base-") and ": greedy: " in error
+    assert error.endswith("(its process exited)")
+    assert len(data["server_starts"]) == 3  # it started
+    runs = {r["variant"]: r for r in data["runs"]}
+    assert sorted(runs) == ["upstream-0.5.13", "upstream-0.5.17"]
+    assert all(r["repeats"] == 2 for r in runs.values())
+    assert sorted(g["variant"] for g in data["greedy_runs"]) == ["upstream-0.5.13",
+                                                                 "upstream-0.5.17"]
 
 
 @pytest.mark.slow
