@@ -329,6 +329,7 @@ def fingerprint_members(st, opts: RunOptions, members, target, draft):
 
 
 def serve_group(st, opts: RunOptions, group, target, draft, vocab):
+    group = list(group)  # a server that fails leaves this list (leave_group)
     kept_now = set()  # tags of servers left running when the group ends
     with contextlib.ExitStack() as stack:
         used = set()
@@ -363,22 +364,19 @@ def serve_group(st, opts: RunOptions, group, target, draft, vocab):
                 st.kept.keep(group, kept_now)
             return False
 
-        stack.push(keep_on_success)
-        ready = []
-        for m in group:
+        stack.push(keep_on_success)  # it keeps the servers left in group
+        launched = len(group)
+        for m in list(group):
             try:
                 m.srv.wait_ready()
             except Exception as e:
                 # a build that cannot start (a module its kit lacks, a
                 # refusal at start-up) is an error of its own: the servers
                 # beside it are measured as if it had never been listed
-                st.errors.append(f"{m.tag}: {e}"[:2000])
-                st.log(f"ERROR {m.tag}: {e}")
-                m.srv.stop()
+                leave_group(st, m, group, str(e))
                 continue
-            ready.append(m)
             start = {"setting": m.tag, "start_s": round(m.srv.start_s, 1),
-                     "side_by_side": len(group)}
+                     "side_by_side": launched}
             if m.srv.adopted:
                 start["reused"] = True  # started by an earlier run: start_s is that start's
             if m.srv.cpus:
@@ -388,9 +386,8 @@ def serve_group(st, opts: RunOptions, group, target, draft, vocab):
                 start["sglpatch_line"] = said
             st.server_starts.append(start)
             st.log(f"  {m.tag} ready in {m.srv.start_s:.0f}s")
-        if not ready:
+        if not group:
             return
-        group = ready  # and keep_on_success keeps only these
         for m in list(group):
             survives(st, m, group, "greedy", lambda m=m: greedy_check(st, opts, m))
         if opts.mixed_load:
@@ -431,11 +428,16 @@ def survives(st, m, group, what, measure):
         except subprocess.TimeoutExpired:
             rc = None
         fate = "its process exited" if rc is not None else "its process was still running"
-        st.errors.append(f"{m.tag}: {what}: {e} ({fate})"[:2000])
-        st.log(f"ERROR {m.tag}: {what}: {e} ({fate})")
-        m.srv.stop()
-        group.remove(m)
+        leave_group(st, m, group, f"{what}: {e} ({fate})")
         return False
+
+
+def leave_group(st, m, group, why):
+    """Server m failed: an error of its own; it is stopped and leaves group."""
+    st.errors.append(f"{m.tag}: {why}"[:2000])
+    st.log(f"ERROR {m.tag}: {why}")
+    m.srv.stop()
+    group.remove(m)
 
 
 def greedy_check(st, opts: RunOptions, m):
