@@ -147,6 +147,7 @@ def group_gone(pgid):
     return False
 
 
+@pytest.mark.slow
 def test_a_killed_rank_that_ends_the_server(tmp_path):
     res, data = run_kill(tmp_path, "--cap-s", "60")
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
@@ -171,6 +172,7 @@ def test_a_killed_rank_that_ends_the_server(tmp_path):
     assert "launcher exited after" in res.stdout
 
 
+@pytest.mark.slow
 def test_a_launcher_that_exits_and_leaves_its_ranks(tmp_path):
     # the cap bounds how long the stand-in launcher may take to see its rank
     # die and exit: generous, so that a loaded machine does not fail it
@@ -184,6 +186,7 @@ def test_a_launcher_that_exits_and_leaves_its_ranks(tmp_path):
     assert "group gone not by the cap" in res.stdout
 
 
+@pytest.mark.slow
 def test_a_killed_rank_that_leaves_the_server_hung(tmp_path):
     res, data = run_kill(tmp_path, "--cap-s", "1.5", "--scenarios", "busy", mode="hang")
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
