@@ -17,7 +17,8 @@
 #     "patched", so its numbers never mix with those of every patch) -> through-NNNN.tgz
 #   - a variant candidate-NAME is a site with every patch of the series and then the
 #     trial patch benchmark/candidates/NAME.patch (not in the series; its
-#     README says why each one waits), one more server of the comparison
+#     README says why each one waits), one more server of the comparison;
+#     candidate-A+B has trial patches A and then B on top of the series
 #   - HOST_TIME=1: every build under test loads the host-time probe
 #     (benchmark/probes/host_time.py: host wall time per scheduler iteration,
 #     by function, per rank) -> host-time.tgz and a side-by-side table in
@@ -93,11 +94,16 @@ for v in ${VARIANTS//,/ }; do
         partial+=("$n")
       fi ;;
     candidate-*)
-      # every patch of the series and a trial patch of benchmark/candidates/ on top
-      patch=benchmark/candidates/${v#candidate-}.patch
-      [ -f "$patch" ] || { echo "no trial patch $patch" >&2; exit 2; }
+      # every patch of the series and trial patches of benchmark/candidates/
+      # on top: candidate-A+B applies A, then B
+      trials=()
+      IFS=+ read -ra names <<< "${v#candidate-}"
+      for n in "${names[@]}"; do
+        trials+=("benchmark/candidates/$n.patch")
+        [ -f "${trials[-1]}" ] || { echo "no trial patch ${trials[-1]}" >&2; exit 2; }
+      done
       kit_install "$KIT" "$S/sb" 0.5.12.post1 || exit 3
-      candidate_site "$S/sb" "$S/sc-${v#candidate-}" "$patch" || exit 4
+      candidate_site "$S/sb" "$S/sc-${v#candidate-}" "${trials[@]}" || exit 4
       args+=(--variant "$v=$S/sc-${v#candidate-}" --no-apply) ;;
     *) echo "unknown variant $v" >&2; exit 2 ;;
   esac

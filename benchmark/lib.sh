@@ -61,15 +61,20 @@ candidate_apply() {  # candidate_apply SITE PATCH: a trial patch (benchmark/cand
     git apply -p2 --include='sglang/*' --whitespace=nowarn "$patch")
 }
 
-candidate_site() {  # candidate_site BASE SITE PATCH: a copy of BASE with the whole
-  # series and then the trial patch PATCH applied, once per machine
-  local base=$1 site=$2 patch=$3
+candidate_site() {  # candidate_site BASE SITE PATCH...: a copy of BASE with every
+  # patch of the series and then the trial patches in order, once per machine
+  local base=$1 site=$2 patch names=""
+  shift 2
   [ -f "$site/.candidate-applied" ] && { log "reuse $site"; return 0; }
   rm -f "$site/.series-applied"  # a half-made site from an earlier call is made anew
   patched_site "$base" "$site" || return 1
-  candidate_apply "$site" "$patch" >> "$OUT_DIR/${LOG_NAME:-device.log}" 2>&1 || {
-    log "ERROR: $(basename "$patch") does not apply on the series"; return 1; }
-  touch "$site/.candidate-applied"; log "$site: series and $(basename "$patch") applied"
+  for patch in "$@"; do
+    candidate_apply "$site" "$patch" >> "$OUT_DIR/${LOG_NAME:-device.log}" 2>&1 || {
+      log "ERROR: $(basename "$patch") does not apply on the series${names:+ and$names}"
+      return 1; }
+    names="$names $(basename "$patch")"
+  done
+  touch "$site/.candidate-applied"; log "$site: series and$names applied"
 }
 
 share_site() {  # share_site FROM SITE: SITE's packages other than sglang, and sglang's

@@ -39,8 +39,9 @@ UPSTREAM = re.compile(r"upstream-(\d+)\.(\d+)\.(\d+)(?:\.post(\d+))?$")
 # (device_compare.sh with SIDE_BY_SIDE): a bisection of the series.
 THROUGH = re.compile(r"patched-through-(\d{4})$")
 # A site with every patch of the series and then a trial patch that is not
-# in it (benchmark/candidates/NAME.patch), measured beside the patched build.
-CANDIDATE = re.compile(r"candidate-([a-z0-9][a-z0-9-]*)$")
+# in it (benchmark/candidates/NAME.patch), measured beside the patched build;
+# candidate-A+B has trial patches A and then B on top of the series.
+CANDIDATE = re.compile(r"candidate-([a-z0-9][a-z0-9-]*(?:\+[a-z0-9][a-z0-9-]*)*)$")
 
 
 def is_variant(name):

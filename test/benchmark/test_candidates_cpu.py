@@ -39,6 +39,11 @@ def test_a_trial_patch_name_is_a_variant():
         with pytest.raises(SystemExit, match="needs =SITE"):
             builds.parse_variant(name)
     assert not results.is_variant("candidate-")
+    # trial patches stacked on the series, in order
+    assert results.is_variant("candidate-a+b-c")
+    assert builds.parse_variant("candidate-a+b-c=/tmp/x") == ("candidate-a+b-c", "/tmp/x")
+    for name in ("candidate-a+", "candidate-+b", "candidate-a++b"):
+        assert not results.is_variant(name)
     # ordered after the patched build, before upstream
     order = sorted(["upstream-0.5.13", "candidate-b", "patched", "candidate-a", "base",
                     "patched-through-0004"], key=results.variant_order)

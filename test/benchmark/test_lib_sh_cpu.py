@@ -277,6 +277,32 @@ def test_candidate_site_is_the_series_then_the_trial_patch(tmp_path):
     assert f"reuse {tmp_path}/sc" in res.stdout
 
 
+def test_candidate_site_stacks_trial_patches_in_order(tmp_path):
+    stub = recording_python3(tmp_path, "$*")
+    (tmp_path / "base" / "sglang").mkdir(parents=True)
+    (tmp_path / "base" / "sglang" / "x.py").write_text("x = 1\n")
+    (tmp_path / "out").mkdir()
+    (tmp_path / "trial.patch").write_text(TRIAL)
+    # the second applies only on top of the first
+    (tmp_path / "next.patch").write_text(TRIAL.split("diff --git a/test")[0]
+                                         .replace("-x = 1", "-x = 2").replace("+x = 2", "+x = 3"))
+    res = sh(f"candidate_site {tmp_path}/base {tmp_path}/sc {tmp_path}/trial.patch "
+             f"{tmp_path}/next.patch", tmp_path, stub)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert (tmp_path / "sc" / "sglang" / "x.py").read_text() == "x = 3\n"
+    assert "series and trial.patch next.patch applied" in res.stdout
+    # the other order does not apply, and says after which
+    res = sh(f"candidate_site {tmp_path}/base {tmp_path}/sc2 {tmp_path}/next.patch "
+             f"{tmp_path}/trial.patch", tmp_path, stub)
+    assert res.returncode == 1
+    assert "ERROR: next.patch does not apply on the series" in res.stdout
+    assert not (tmp_path / "sc2" / ".candidate-applied").exists()
+    res = sh(f"candidate_site {tmp_path}/base {tmp_path}/sc3 {tmp_path}/trial.patch "
+             f"{tmp_path}/trial.patch", tmp_path, stub)
+    assert res.returncode == 1
+    assert "ERROR: trial.patch does not apply on the series and trial.patch" in res.stdout
+
+
 def test_candidate_site_refuses_a_trial_patch_that_does_not_apply(tmp_path):
     stub = recording_python3(tmp_path, "$*")
     (tmp_path / "base" / "sglang").mkdir(parents=True)
