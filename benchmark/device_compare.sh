@@ -34,6 +34,11 @@
 #   - ADDON=DIR: after the sites are installed, an add-on kit's wheels over
 #     each of them (.kitfa3: sgl-kernel with FA3, benchmark/kit/README.md);
 #     the add-on travels alone, in a call after the one that carried the kit
+#     (.kitfi: flashinfer's modules prebuilt on an earlier machine, so its
+#     servers skip their compiles; benchmark/kit/README.md)
+#   - SAVE_FLASHINFER_AOT=1: the flashinfer modules the call's servers
+#     compiled come back as flashinfer-aot-VERSION-ARCH.tgz.NN, the parts of
+#     that add-on
 #   - INSTALL_ONLY=1: install the sites and stop
 #   - SIDE_BY_SIDE=K: the K servers of the call run at the same time and are
 #     measured in turn (e2e --side-by-side), each with a fixed KV pool
@@ -179,6 +184,18 @@ fi
 if [ "$STARTUP_STACKS" = 1 ]; then
   (cd /tmp/probe-host && find . -name '*-startup.json' -print0 | xargs -0 -r tar czf "$OUT_DIR/startup-stacks.tgz")
   python3 benchmark/probes/startup_stacks.py /tmp/probe-host --rank 0 >> "$OUT_DIR/compare.log" 2>&1
+fi
+if [ "$SAVE_FLASHINFER_AOT" = 1 ]; then
+  # the flashinfer modules this machine compiled, back for the add-on that
+  # spares the next fresh machine those compiles (benchmark/kit/README.md)
+  fv=$(cd "$S/sb" 2>/dev/null && ls -d flashinfer_python-*.dist-info | head -1)
+  fv=${fv#flashinfer_python-}; fv=${fv%.dist-info}
+  if [ -n "$fv" ]; then
+    for arch in $(find "$WORK" -path "*/flashinfer/$fv/*/cached_ops" -type d 2>/dev/null \
+                  | xargs -r -n1 dirname | xargs -r -n1 basename | sort -u); do
+      flashinfer_aot_save "$WORK" "$fv" "$arch" || rc=1
+    done
+  fi
 fi
 tar_logs "$WORK"  # also those of PAIRS copies (pair<i>/*.log)
 pack_profiles "$WORK"  # e2e --profile-steps: the traces, in one or two files back

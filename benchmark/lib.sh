@@ -120,10 +120,16 @@ addon_fits() {  # addon_fits ADDON SITE: each add-on wheel's package is in SITE 
 addon_install() {  # addon_install ADDON SITE...: an add-on kit's wheels over each site, once
   # (e.g. .kitfa3, build-kit.sh fa3: too big to travel beside the kit, so it
   # comes in a later call onto the same warm machine and replaces the slim
-  # sgl-kernel in every site already installed)
+  # sgl-kernel in every site already installed); an add-on of prebuilt
+  # flashinfer modules (.kitfi, no wheels) goes to flashinfer_aot_install
   local addon=$1 site name; shift
   name=$(basename "$addon")
-  ls "$addon"/w/*.whl > /dev/null 2>&1 || { log "ERROR: no wheels in $addon/w"; return 1; }
+  if ! ls "$addon"/w/*.whl > /dev/null 2>&1; then
+    ls "$addon"/flashinfer-aot-*.tgz.* > /dev/null 2>&1 \
+      || { log "ERROR: no wheels in $addon/w, nor flashinfer modules"; return 1; }
+    flashinfer_aot_install "$addon" "$@"
+    return
+  fi
   for site in "$@"; do
     [ -d "$site" ] || continue
     [ -f "$site/.addon-$name" ] && { log "reuse $name in $site"; continue; }
@@ -140,6 +146,85 @@ addon_install() {  # addon_install ADDON SITE...: an add-on kit's wheels over ea
   for site in "$@"; do
     [ -f "$site/.shared-from" ] || continue
     share_site "$(cat "$site/.shared-from")" "$site" || return 1
+  done
+}
+
+# flashinfer compiles its kernels with nvcc at a server's first start on a
+# fresh machine (the kit leaves out its cubins): minutes of every call that
+# starts a flashinfer server. flashinfer loads a module without building it
+# where the package holds one under data/aot/NAME/NAME.so (flashinfer/jit/
+# env.py, _get_aot_dir; core.py, JitSpec.is_aot). So the modules one machine
+# compiled travel back (SAVE_FLASHINFER_AOT=1 in device_compare.sh: the
+# parts flashinfer-aot-VERSION-ARCH.tgz.NN) and, copied here into a folder
+# the .kit* rule of .gitignore keeps out of git (mkdir -p .kitfi && cp
+# FILES_AT/flashinfer-aot-* .kitfi/), become an add-on of prebuilt modules
+# for the next fresh machine: a call of its own after the kit's, carrying
+# .kitfi (ADDON=.kitfi INSTALL_ONLY=1 ... .kitfi 60 VARIANTS). A module the
+# add-on lacks (another head dimension, dtype, mask mode) compiles as before.
+AOT_PART_BYTES=${AOT_PART_BYTES:-15m}  # a part per file back (each at most 16 MiB)
+
+flashinfer_aot_save() {  # flashinfer_aot_save WORK VERSION ARCH: the modules flashinfer
+  # VERSION compiled for ARCH (e.g. 90a) under WORK's kernel caches (PAIRS copies'
+  # too), one of each name, into $OUT_DIR/flashinfer-aot-VERSION-ARCH.tgz.NN
+  local work=$1 version=$2 arch=$3 stage so name n prefix
+  stage=$(mktemp -d) || return 1
+  while IFS= read -r so; do
+    name=$(basename "$(dirname "$so")")
+    # the module itself, not a library its build dropped beside it
+    [ "$(basename "$so")" = "$name.so" ] || continue
+    [ -e "$stage/$name/$name.so" ] && continue
+    mkdir -p "$stage/$name" && cp "$so" "$stage/$name/" || { rm -rf "$stage"; return 1; }
+  done < <(find "$work" -path "*/flashinfer/$version/$arch/cached_ops/*/*.so" -type f 2>/dev/null | sort)
+  n=$(find "$stage" -name '*.so' | wc -l)
+  if [ "$n" = 0 ]; then
+    log "no flashinfer $version modules for $arch under $work (module caches there:" \
+        "$(find "$work" -path '*/flashinfer/*/*/cached_ops' -type d 2>/dev/null | tr '\n' ' '))"
+    rm -rf "$stage"; return 0
+  fi
+  prefix="$OUT_DIR/flashinfer-aot-$version-$arch.tgz."
+  rm -f "$prefix"*
+  tar czf - -C "$stage" . | split -b "$AOT_PART_BYTES" -d - "$prefix" \
+    || { rm -rf "$stage"; return 1; }
+  rm -rf "$stage"
+  log "flashinfer $version: $n module(s) for $arch -> $(cd "$OUT_DIR" && ls "$(basename "$prefix")"* | tr '\n' ' ')"
+  # a call's files back are at most eight (the results, its log, env.txt and
+  # the server logs take four)
+  [ "$(ls "$prefix"* | wc -l)" -le 4 ] \
+    || log "WARNING: more than 4 parts; files back are at most 8 a call, some will stay behind"
+}
+
+flashinfer_aot_install() {  # flashinfer_aot_install ADDON SITE...: the prebuilt modules
+  # of ADDON (flashinfer-aot-VERSION-ARCH.tgz.NN) into the flashinfer package of
+  # each site whose flashinfer is VERSION, once a package (derived sites link
+  # to the base site's), where the GPU is of ARCH
+  local addon=$1 site parts p version arch have dest name gpu; shift
+  name=$(basename "$addon")
+  parts=("$addon"/flashinfer-aot-*.tgz.*)
+  [ -e "${parts[0]}" ] || { log "ERROR: no flashinfer modules in $addon"; return 1; }
+  version=$(basename "${parts[0]}"); version=${version#flashinfer-aot-}; version=${version%.tgz.*}
+  arch=${version##*-}; version=${version%-*}
+  for p in "${parts[@]}"; do  # one module set an add-on: one version, one arch
+    case $(basename "$p") in "flashinfer-aot-$version-$arch.tgz."*) ;;
+      *) log "ERROR: $addon holds modules of more than one flashinfer or arch"; return 1 ;;
+    esac
+  done
+  if command -v nvidia-smi > /dev/null 2>&1; then
+    gpu=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1)
+    gpu=${gpu//./}
+    case $arch in "$gpu"|"$gpu"a) ;;
+      *) log "skip $name: modules for $arch, the GPU is ${gpu:-unknown}"; return 0 ;;
+    esac
+  fi
+  for site in "$@"; do
+    [ -d "$site/flashinfer" ] || continue
+    have=$(cd "$site" && ls -d flashinfer_python-*.dist-info 2>/dev/null | head -1)
+    have=${have#flashinfer_python-}; have=${have%.dist-info}
+    [ "$have" = "$version" ] || { log "skip $name for $site: flashinfer ${have:-missing} there, $version in the add-on"; continue; }
+    dest=$(realpath "$site/flashinfer")/data/aot
+    [ -f "$dest/.addon-$name" ] && { log "reuse $name in $site"; continue; }
+    mkdir -p "$dest" && cat "${parts[@]}" | tar xzf - -C "$dest" || return 1
+    touch "$dest/.addon-$name"
+    log "installed $(find "$dest" -name '*.so' | wc -l) prebuilt flashinfer module(s) into $site"
   done
 }
 

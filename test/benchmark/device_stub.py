@@ -18,8 +18,9 @@ def run_script(tmp_path, script, gpus, args=(), addon=False, kit=".kit", **env):
         f'#!/bin/bash\necho "$CUDA_VISIBLE_DEVICES|$*" >> {tmp_path}/calls\n'
         'if [ "$1 $2 $3" = "-m pip install" ]; then\n'
         '  for a in "$@"; do [ "$prev" = --target ] && mkdir -p "$a"; prev=$a; done\nfi\n')
-    (stub / "nvidia-smi").write_text(
-        f'#!/bin/bash\nfor i in $(seq {gpus}); do echo "NVIDIA H100 80GB HBM3"; done\n')
+    (stub / "nvidia-smi").write_text(  # a Hopper card: compute capability 9.0
+        f'#!/bin/bash\nanswer="NVIDIA H100 80GB HBM3"; [[ "$*" == *compute_cap* ]] && answer=9.0\n'
+        f'for i in $(seq {gpus}); do echo "$answer"; done\n')
     for f in ("python3", "nvidia-smi"):
         (stub / f).chmod(0o755)
     sb, sp = tmp_path / "sb", tmp_path / "sp"

@@ -96,3 +96,36 @@ def test_upstream_beside_base_and_patched_with_its_own_fa3_addon(tmp_path):
                              f"upstream-0.5.17={tmp_path}/su-0.5.17"]
     assert opt(run, "--attention-backend") == "default" and "--side-by-side" in run
     assert opt(run, "--concurrency") == "1,8,32" and opt(run, "--max-total-tokens") == "80000"
+
+
+def test_flashinfer_modules_one_call_compiled_spare_the_next_machine_its_compiles(tmp_path):
+    """SAVE_FLASHINFER_AOT=1: the modules this machine's servers compiled (in
+    each PAIRS copy's kernel cache) come back as the parts of an add-on; on
+    the next machine ADDON=that add-on puts them where flashinfer loads a
+    prebuilt module instead of compiling it."""
+    k = kit(tmp_path, ".kit", "sglang-0.5.12.post1-cp312-cp312-manylinux_2_34_x86_64.whl")
+    (tmp_path / "sb" / "flashinfer").mkdir(parents=True)
+    (tmp_path / "sb" / "flashinfer_python-0.6.11.post1.dist-info").mkdir()
+    for pair, name in (("pair0", "norm"), ("pair1", "norm"), ("pair1", "batch_prefill")):
+        ops = (tmp_path / "work" / pair / "jit-cache" / "flashinfer" / ".cache" / "flashinfer"
+               / "0.6.11.post1" / "90a" / "cached_ops" / name)
+        ops.mkdir(parents=True, exist_ok=True)
+        (ops / f"{name}.so").write_text(name)
+    res, _, _ = compare(tmp_path, k, "base,patched", "--attention-backend", "default",
+                           SAVE_FLASHINFER_AOT="1", SIDE_BY_SIDE="2", PAIRS="2",
+                           KV_TOKENS="80000")
+    assert res.returncode == 0, res.stdout + res.stderr
+    parts = sorted((tmp_path / "out").glob("flashinfer-aot-0.6.11.post1-90a.tgz.*"))
+    assert parts and "2 module(s) for 90a" in res.stdout
+    # the next machine: a fresh base site, the parts as the add-on
+    addon = tmp_path / ".kitfi"
+    addon.mkdir()
+    for p in parts:
+        p.rename(addon / p.name)
+    (tmp_path / "sb" / "flashinfer" / "data").mkdir()  # what the wheel brings
+    res, runs, pips = compare(tmp_path, addon, "base,patched", ADDON=str(addon), INSTALL_ONLY="1")
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert not pips and not runs  # no wheel installed, nothing run
+    aot = tmp_path / "sb" / "flashinfer" / "data" / "aot"
+    assert (aot / "norm" / "norm.so").read_text() == "norm"
+    assert (aot / "batch_prefill" / "batch_prefill.so").read_text() == "batch_prefill"

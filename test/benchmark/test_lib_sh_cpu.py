@@ -412,3 +412,99 @@ def test_tar_logs_without_a_call_start_or_a_new_log(tmp_path):
     assert res.returncode == 0, res.stdout + res.stderr
     assert "no logs of this call" in res.stdout and "went-on" in res.stdout
     assert not (tmp_path / "out" / "server-logs.tgz").exists()
+
+
+def _flashinfer_cache(work, version="0.6.11.post1", arch="90a", *modules):
+    """WORK's kernel cache as a flashinfer server leaves it: per module, the
+    build file, an object and the module NAME/NAME.so (content: its path)."""
+    for name in modules:
+        d = work / "jit-cache" / "flashinfer" / ".cache" / "flashinfer" / version / arch / "cached_ops" / name
+        d.mkdir(parents=True, exist_ok=True)
+        for f in (f"{name}.so", "build.ninja", f"{name}.cuda.o"):
+            (d / f).write_text(str(d / f))
+
+
+def _aot_members(parts):
+    data = b"".join(p.read_bytes() for p in sorted(parts))
+    import io
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as t:
+        return sorted(m.name for m in t.getmembers() if m.isfile())
+
+
+def test_flashinfer_aot_save_sends_each_compiled_module_once_in_parts(tmp_path):
+    work = tmp_path / "work"
+    _flashinfer_cache(work / "pair0", "0.6.11.post1", "90a", "norm", "batch_prefill_bf16")
+    _flashinfer_cache(work / "pair1", "0.6.11.post1", "90a", "norm")  # the other copy's
+    _flashinfer_cache(work, "0.6.3", "90a", "old_release")  # another flashinfer: not sent
+    # a library a build dropped beside its module is not a module
+    (work / "pair1" / "jit-cache" / "flashinfer" / ".cache" / "flashinfer" / "0.6.11.post1" / "90a"
+     / "cached_ops" / "norm" / "libextra.so").write_text("x")
+    res = sh(f"AOT_PART_BYTES=200 flashinfer_aot_save {work} 0.6.11.post1 90a", tmp_path)
+    assert res.returncode == 0, res.stdout + res.stderr
+    parts = sorted((tmp_path / "out").glob("flashinfer-aot-0.6.11.post1-90a.tgz.*"))
+    assert len(parts) >= 2 and all(p.stat().st_size <= 200 for p in parts)
+    assert _aot_members(parts) == ["./batch_prefill_bf16/batch_prefill_bf16.so", "./norm/norm.so"]
+    assert "2 module(s) for 90a" in res.stdout
+    assert ("more than 4 parts" in res.stdout) == (len(parts) > 4)  # files back: 8 a call
+    # nothing compiled: no file back, and the caller goes on
+    res = sh(f"flashinfer_aot_save {tmp_path}/none 0.6.11.post1 90a && echo went-on", tmp_path)
+    assert res.returncode == 0 and "went-on" in res.stdout and "no flashinfer" in res.stdout
+
+
+def _aot_addon(tmp_path, version="0.6.11.post1", arch="90a"):
+    work = tmp_path / f"w-{version}-{arch}"
+    _flashinfer_cache(work, version, arch, "norm", "batch_prefill_bf16")
+    res = sh(f"flashinfer_aot_save {work} {version} {arch}", tmp_path)
+    assert res.returncode == 0, res.stdout + res.stderr
+    addon = tmp_path / "kitfi"  # the parts that came back, as the add-on's folder
+    addon.mkdir()
+    for part in (tmp_path / "out").glob("flashinfer-aot-*"):
+        part.rename(addon / part.name)
+    return addon
+
+
+def _flashinfer_site(site, version="0.6.11.post1", linked_to=None):
+    site.mkdir(parents=True)
+    (site / f"flashinfer_python-{version}.dist-info").mkdir()
+    if linked_to:  # a derived site (share_site): flashinfer is the base site's
+        (site / "flashinfer").symlink_to(linked_to / "flashinfer")
+    else:
+        (site / "flashinfer" / "jit").mkdir(parents=True)
+
+
+def test_flashinfer_aot_addon_goes_where_flashinfer_loads_prebuilt_modules(tmp_path):
+    addon = _aot_addon(tmp_path)
+    sb, sp, su = tmp_path / "sb", tmp_path / "sp", tmp_path / "su"
+    _flashinfer_site(sb)
+    _flashinfer_site(sp, linked_to=sb)
+    _flashinfer_site(su, "0.6.3")  # another release's flashinfer: its modules would not load
+    sites = f"{sb} {sp} {su} {tmp_path}/sx"  # sx: not installed
+    res = sh(f"addon_install {addon} {sites} && addon_install {addon} {sites}", tmp_path)
+    assert res.returncode == 0, res.stdout + res.stderr
+    # flashinfer's AOT folder: <package>/data/aot/NAME/NAME.so (jit/env.py, _get_aot_dir)
+    aot = sb / "flashinfer" / "data" / "aot"
+    assert sorted(p.relative_to(aot).as_posix() for p in aot.rglob("*.so")) == [
+        "batch_prefill_bf16/batch_prefill_bf16.so", "norm/norm.so"]
+    assert (aot / "norm" / "norm.so").read_text().endswith("cached_ops/norm/norm.so")
+    assert res.stdout.count("installed 2 prebuilt flashinfer module(s)") == 1  # once a package
+    assert res.stdout.count("reuse kitfi") == 3  # sp in the first pass, sb and sp in the second
+    assert "skip kitfi for" in res.stdout and "flashinfer 0.6.3 there" in res.stdout
+    assert not (su / "flashinfer" / "data").exists()
+
+
+def test_flashinfer_aot_addon_skips_a_gpu_of_another_arch_and_mixed_sets(tmp_path):
+    addon = _aot_addon(tmp_path)
+    _flashinfer_site(tmp_path / "sb")
+    stub = tmp_path / "bin"
+    stub.mkdir()
+    (stub / "nvidia-smi").write_text("#!/bin/bash\necho 8.0\n")  # an A100
+    (stub / "nvidia-smi").chmod(0o755)
+    res = sh(f"addon_install {addon} {tmp_path}/sb", tmp_path, stub)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "skip kitfi: modules for 90a, the GPU is 80" in res.stdout
+    assert not (tmp_path / "sb" / "flashinfer" / "data").exists()
+    # parts of two module sets in one add-on: refused, nothing installed
+    (addon / "flashinfer-aot-0.6.3-90a.tgz.00").write_bytes(b"")
+    res = sh(f"addon_install {addon} {tmp_path}/sb", tmp_path)
+    assert res.returncode == 1 and "more than one flashinfer or arch" in res.stdout
+    assert not (tmp_path / "sb" / "flashinfer" / "data").exists()
