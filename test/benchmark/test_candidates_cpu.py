@@ -1,6 +1,7 @@
 """Trial patches (benchmark/candidates/): each still applies on top of the
 series' patches, with the device scripts' own `candidate_apply`, and its unit
-tests pass on the sglang it makes; the harness takes `candidate-NAME` as a
+tests pass on the sglang it makes (for those of the stack the README measures
+them with, on the sglang all of them make); the harness takes `candidate-NAME` as a
 build of its own, after the series' patches. With no trial patch in the
 directory only the naming is checked here; candidate_apply itself is
 tested on a made-up patch in test_lib_sh_cpu.py."""
@@ -66,28 +67,60 @@ def test_an_upstream_release_is_a_variant():
                      "upstream-0.5.13.post1", "upstream-0.5.17"]
 
 
-@pytest.mark.parametrize("patch", PATCHES, ids=os.path.basename)
-def test_trial_patch_applies_on_the_series_and_its_tests_pass(patch, tmp_path):
+STACK = ["triton-tree-metadata-in-graph", "spec-v1-draft-sum-from-host", "flashinfer-plan-from-host"]
+STACK_PATCHES = [os.path.join(REPO, "benchmark", "candidates", f"{n}.patch") for n in STACK]
+
+
+def _site_with(tmp_path, patches):
+    """A copy of the venv's (patched) sglang with these trial patches applied
+    in order by the device scripts' own candidate_apply."""
     site = tmp_path / "site"
     site.mkdir()
     shutil.copytree(installed_sglang(), site / "sglang",
                     ignore=shutil.ignore_patterns("__pycache__"))
-    res = subprocess.run(
-        ["bash", "-c", f'. benchmark/lib.sh; budget_start 100; candidate_apply "{site}" "{patch}"'],
-        cwd=REPO, env=dict(os.environ, OUT_DIR=str(tmp_path)), capture_output=True, text=True)
+    applies = "; ".join(f'candidate_apply "{site}" "{p}" || exit 1' for p in patches)
+    res = subprocess.run(["bash", "-c", f". benchmark/lib.sh; budget_start 100; {applies}"],
+                         cwd=REPO, env=dict(os.environ, OUT_DIR=str(tmp_path)),
+                         capture_output=True, text=True)
     assert res.returncode == 0, res.stdout + res.stderr
-    # its tests, in upstream's layout, over this repository's copies of the series' tests
+    return site
+
+
+def _their_tests_pass(tmp_path, site, patches):
+    """The patches' tests, in upstream's layout, over this repository's copies
+    of the series' tests, on SITE."""
     tests = tmp_path / "tests"
     shutil.copytree(os.path.join(REPO, "test", "registered"), tests / "test" / "registered")
-    res = subprocess.run(["git", "apply", "-p1", "--include=test/*", patch], cwd=tests,
-                         env=dict(os.environ, GIT_CEILING_DIRECTORIES=str(tmp_path)),
-                         capture_output=True, text=True)
-    assert res.returncode == 0, res.stderr
-    touched = subprocess.run(["git", "apply", "--numstat", "-p1", "--include=test/*", patch],
-                             cwd=tests, capture_output=True, text=True).stdout.split("\n")
-    files = [str(tests / line.split("\t")[2]) for line in touched if line.strip()]
-    assert files
-    env = dict(os.environ, PYTHONPATH=str(site))
+    files = []
+    for p in patches:
+        res = subprocess.run(["git", "apply", "-p1", "--include=test/*", p], cwd=tests,
+                             env=dict(os.environ, GIT_CEILING_DIRECTORIES=str(tmp_path)),
+                             capture_output=True, text=True)
+        assert res.returncode == 0, res.stderr
+        numstat = subprocess.run(["git", "apply", "--numstat", "-p1", "--include=test/*", p],
+                                 cwd=tests, capture_output=True, text=True).stdout
+        touched = [str(tests / line.split("\t")[2]) for line in numstat.splitlines() if line.strip()]
+        assert touched, p
+        files += touched
     res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *files],
-                         cwd=tmp_path, env=env, capture_output=True, text=True)
+                         cwd=tmp_path, env=dict(os.environ, PYTHONPATH=str(site)),
+                         capture_output=True, text=True)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-2000:]
+
+
+@pytest.mark.parametrize("patch", PATCHES, ids=os.path.basename)
+def test_trial_patch_applies_on_the_series_and_its_tests_pass(patch, tmp_path):
+    site = _site_with(tmp_path, [patch])
+    if patch in STACK_PATCHES and all(os.path.exists(p) for p in STACK_PATCHES):
+        return  # its tests run once, in the stack (below), with the others applied
+    _their_tests_pass(tmp_path, site, [patch])
+
+
+def test_the_stack_of_every_trial_patch_applies_and_its_tests_pass(tmp_path):
+    """The one server the candidates' README measures them with: every trial
+    patch on the series, in the variant's order; each one's tests pass with
+    the others applied."""
+    if not all(os.path.exists(p) for p in STACK_PATCHES):
+        pytest.skip("a trial patch of the stack is gone (joined the series or deleted)")
+    assert sorted(STACK_PATCHES) == PATCHES  # a new trial patch joins the stack here
+    _their_tests_pass(tmp_path, _site_with(tmp_path, STACK_PATCHES), STACK_PATCHES)
