@@ -188,14 +188,8 @@ fi
 if [ "$SAVE_FLASHINFER_AOT" = 1 ]; then
   # the flashinfer modules this machine compiled, back for the add-on that
   # spares the next fresh machine those compiles (benchmark/kit/README.md)
-  fv=$(cd "$S/sb" 2>/dev/null && ls -d flashinfer_python-*.dist-info | head -1)
-  fv=${fv#flashinfer_python-}; fv=${fv%.dist-info}
-  if [ -n "$fv" ]; then
-    for arch in $(find "$WORK" -path "*/flashinfer/$fv/*/cached_ops" -type d 2>/dev/null \
-                  | xargs -r -n1 dirname | xargs -r -n1 basename | sort -u); do
-      flashinfer_aot_save "$WORK" "$fv" "$arch" || rc=1
-    done
-  fi
+  fv=$(site_version "$S/sb" flashinfer_python)
+  [ -n "$fv" ] && { flashinfer_aot_save "$WORK" "$fv" || rc=1; }
 fi
 tar_logs "$WORK"  # also those of PAIRS copies (pair<i>/*.log)
 pack_profiles "$WORK"  # e2e --profile-steps: the traces, in one or two files back

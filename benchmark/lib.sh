@@ -104,13 +104,20 @@ share_site() {  # share_site FROM SITE: SITE's packages other than sglang, and s
   rm -rf "$site/sglang/jit_kernel" && ln -s "$real" "$site/sglang/jit_kernel"
 }
 
+site_version() {  # site_version SITE DIST: the version of the distribution DIST
+  # (as its dist-info folder spells it, e.g. flashinfer_python) installed in SITE;
+  # nothing where it is not
+  local info
+  info=$(cd "$1" 2>/dev/null && ls -d "$2"-*.dist-info 2>/dev/null | head -1)
+  info=${info#"$2"-}; echo "${info%.dist-info}"
+}
+
 addon_fits() {  # addon_fits ADDON SITE: each add-on wheel's package is in SITE at the
   # wheel's version (else ADDON_MISFIT says which is not)
   local whl dist version have
   for whl in "$1"/w/*.whl; do
     whl=$(basename "$whl"); dist=${whl%%-*}; version=${whl#*-}; version=${version%%-*}
-    have=$(cd "$2" && ls -d "$dist"-*.dist-info 2>/dev/null | head -1)
-    have=${have#"$dist"-}; have=${have%.dist-info}
+    have=$(site_version "$2" "$dist")
     [ "$have" = "$version" ] && continue
     ADDON_MISFIT="$dist ${have:-missing} there, $version in the add-on"
     return 1
@@ -163,34 +170,37 @@ addon_install() {  # addon_install ADDON SITE...: an add-on kit's wheels over ea
 # add-on lacks (another head dimension, dtype, mask mode) compiles as before.
 AOT_PART_BYTES=${AOT_PART_BYTES:-15m}  # a part per file back (each at most 16 MiB)
 
-flashinfer_aot_save() {  # flashinfer_aot_save WORK VERSION ARCH: the modules flashinfer
-  # VERSION compiled for ARCH (e.g. 90a) under WORK's kernel caches (PAIRS copies'
-  # too), one of each name, into $OUT_DIR/flashinfer-aot-VERSION-ARCH.tgz.NN
-  local work=$1 version=$2 arch=$3 stage so name n prefix
-  stage=$(mktemp -d) || return 1
-  while IFS= read -r so; do
-    name=$(basename "$(dirname "$so")")
-    # the module itself, not a library its build dropped beside it
-    [ "$(basename "$so")" = "$name.so" ] || continue
-    [ -e "$stage/$name/$name.so" ] && continue
-    mkdir -p "$stage/$name" && cp "$so" "$stage/$name/" || { rm -rf "$stage"; return 1; }
-  done < <(find "$work" -path "*/flashinfer/$version/$arch/cached_ops/*/*.so" -type f 2>/dev/null | sort)
-  n=$(find "$stage" -name '*.so' | wc -l)
-  if [ "$n" = 0 ]; then
-    log "no flashinfer $version modules for $arch under $work (module caches there:" \
-        "$(find "$work" -path '*/flashinfer/*/*/cached_ops' -type d 2>/dev/null | tr '\n' ' '))"
-    rm -rf "$stage"; return 0
-  fi
-  prefix="$OUT_DIR/flashinfer-aot-$version-$arch.tgz."
-  rm -f "$prefix"*
-  tar czf - -C "$stage" . | split -b "$AOT_PART_BYTES" -d - "$prefix" \
-    || { rm -rf "$stage"; return 1; }
-  rm -rf "$stage"
-  log "flashinfer $version: $n module(s) for $arch -> $(cd "$OUT_DIR" && ls "$(basename "$prefix")"* | tr '\n' ' ')"
-  # a call's files back are at most eight (the results, its log, env.txt and
-  # the server logs take four)
-  [ "$(ls "$prefix"* | wc -l)" -le 4 ] \
-    || log "WARNING: more than 4 parts; files back are at most 8 a call, some will stay behind"
+flashinfer_aot_save() {  # flashinfer_aot_save WORK VERSION: the modules flashinfer
+  # VERSION compiled under WORK's kernel caches (PAIRS copies' too), one of each
+  # name, into $OUT_DIR/flashinfer-aot-VERSION-ARCH.tgz.NN, a set per GPU
+  # architecture ARCH (e.g. 90a) they were built for
+  local work=$1 version=$2 arch stage so name n prefix saved=0
+  for arch in $(find "$work" -path "*/flashinfer/$version/*/cached_ops" -type d 2>/dev/null \
+                | xargs -r -n1 dirname | xargs -r -n1 basename | sort -u); do
+    stage=$(mktemp -d) || return 1
+    while IFS= read -r so; do
+      name=$(basename "$(dirname "$so")")
+      # the module itself, not a library its build dropped beside it
+      [ "$(basename "$so")" = "$name.so" ] || continue
+      [ -e "$stage/$name/$name.so" ] && continue
+      mkdir -p "$stage/$name" && cp "$so" "$stage/$name/" || { rm -rf "$stage"; return 1; }
+    done < <(find "$work" -path "*/flashinfer/$version/$arch/cached_ops/*/*.so" -type f | sort)
+    n=$(find "$stage" -name '*.so' | wc -l)
+    if [ "$n" = 0 ]; then rm -rf "$stage"; continue; fi
+    prefix="$OUT_DIR/flashinfer-aot-$version-$arch.tgz."
+    rm -f "$prefix"*
+    tar czf - -C "$stage" . | split -b "$AOT_PART_BYTES" -d - "$prefix" \
+      || { rm -rf "$stage"; return 1; }
+    rm -rf "$stage"; saved=$((saved + n))
+    log "flashinfer $version: $n module(s) for $arch -> $(cd "$OUT_DIR" && ls "$(basename "$prefix")"* | tr '\n' ' ')"
+    # a call's files back are at most eight (the results, its log, env.txt and
+    # the server logs take four)
+    [ "$(ls "$prefix"* | wc -l)" -le 4 ] \
+      || log "WARNING: more than 4 parts; files back are at most 8 a call, some will stay behind"
+  done
+  [ "$saved" -gt 0 ] \
+    || log "no flashinfer $version modules under $work (module caches there:" \
+           "$(find "$work" -path '*/flashinfer/*/*/cached_ops' -type d 2>/dev/null | tr '\n' ' '))"
 }
 
 flashinfer_aot_install() {  # flashinfer_aot_install ADDON SITE...: the prebuilt modules
@@ -217,8 +227,7 @@ flashinfer_aot_install() {  # flashinfer_aot_install ADDON SITE...: the prebuilt
   fi
   for site in "$@"; do
     [ -d "$site/flashinfer" ] || continue
-    have=$(cd "$site" && ls -d flashinfer_python-*.dist-info 2>/dev/null | head -1)
-    have=${have#flashinfer_python-}; have=${have%.dist-info}
+    have=$(site_version "$site" flashinfer_python)
     [ "$have" = "$version" ] || { log "skip $name for $site: flashinfer ${have:-missing} there, $version in the add-on"; continue; }
     dest=$(realpath "$site/flashinfer")/data/aot
     [ -f "$dest/.addon-$name" ] && { log "reuse $name in $site"; continue; }

@@ -439,7 +439,7 @@ def test_flashinfer_aot_save_sends_each_compiled_module_once_in_parts(tmp_path):
     # a library a build dropped beside its module is not a module
     (work / "pair1" / "jit-cache" / "flashinfer" / ".cache" / "flashinfer" / "0.6.11.post1" / "90a"
      / "cached_ops" / "norm" / "libextra.so").write_text("x")
-    res = sh(f"AOT_PART_BYTES=200 flashinfer_aot_save {work} 0.6.11.post1 90a", tmp_path)
+    res = sh(f"AOT_PART_BYTES=200 flashinfer_aot_save {work} 0.6.11.post1", tmp_path)
     assert res.returncode == 0, res.stdout + res.stderr
     parts = sorted((tmp_path / "out").glob("flashinfer-aot-0.6.11.post1-90a.tgz.*"))
     assert len(parts) >= 2 and all(p.stat().st_size <= 200 for p in parts)
@@ -447,14 +447,14 @@ def test_flashinfer_aot_save_sends_each_compiled_module_once_in_parts(tmp_path):
     assert "2 module(s) for 90a" in res.stdout
     assert ("more than 4 parts" in res.stdout) == (len(parts) > 4)  # files back: 8 a call
     # nothing compiled: no file back, and the caller goes on
-    res = sh(f"flashinfer_aot_save {tmp_path}/none 0.6.11.post1 90a && echo went-on", tmp_path)
+    res = sh(f"flashinfer_aot_save {tmp_path}/none 0.6.11.post1 && echo went-on", tmp_path)
     assert res.returncode == 0 and "went-on" in res.stdout and "no flashinfer" in res.stdout
 
 
 def _aot_addon(tmp_path, version="0.6.11.post1", arch="90a"):
     work = tmp_path / f"w-{version}-{arch}"
     _flashinfer_cache(work, version, arch, "norm", "batch_prefill_bf16")
-    res = sh(f"flashinfer_aot_save {work} {version} {arch}", tmp_path)
+    res = sh(f"flashinfer_aot_save {work} {version}", tmp_path)
     assert res.returncode == 0, res.stdout + res.stderr
     addon = tmp_path / "kitfi"  # the parts that came back, as the add-on's folder
     addon.mkdir()
