@@ -49,7 +49,11 @@
 #   - PAIRS=P (with SIDE_BY_SIDE): P copies of that comparison at once, each
 #     on 1/P of the GPUs and CPUs, repeats pooled (benchmark/pairs.py); e.g.
 #     PAIRS=2 --tp 2 on four GPUs gives twice the repeats in the same time
-# usage: OUT_DIR=dir [SYNC_TRACE=1] [SIDE_BY_SIDE=K [PAIRS=P]] [PIN=1] benchmark/device_compare.sh KIT BUDGET_S VARIANTS [e2e run options]
+#   - VARY="OPTS;OPTS..." (with PAIRS, a multiple of their number): the
+#     copies run that many comparisons at once, each adding its OPTS to the
+#     call's options and pooled into a folder of its own under OUT_DIR
+#     (pairs.py --vary), e.g. VARY="--attention-backend triton;--attention-backend default"
+# usage: OUT_DIR=dir [SYNC_TRACE=1] [SIDE_BY_SIDE=K [PAIRS=P [VARY=OPTS;...]]] [PIN=1] benchmark/device_compare.sh KIT BUDGET_S VARIANTS [e2e run options]
 #   e.g. benchmark/device_compare.sh .kit 560 base,patched --piecewise default \
 #          --concurrency 1,8,32 --repeats 3 --min-seconds 8
 # Returns under $OUT_DIR (the folder whose files come back from the GPU machine,
@@ -162,11 +166,15 @@ fi
 [ "$KEEP_SERVERS" = 1 ] && set -- "$@" --keep-servers
 rc=0
 [ -n "$PAIRS" ] && [ -z "$SIDE_BY_SIDE" ] && { log "ERROR: PAIRS needs SIDE_BY_SIDE"; exit 2; }
+[ -n "$VARY" ] && [ -z "$PAIRS" ] && { log "ERROR: VARY needs PAIRS"; exit 2; }
+vary=()
+IFS=';' read -ra sets <<< "$VARY"
+for o in "${sets[@]}"; do vary+=("--vary=$o"); done  # = : an OPTS like "--flag" is a value
 e2e() {  # e2e OUT_DIR VARIANT_ARGS... -- e2e options
   local dir=$1; shift
   local runner=(benchmark/e2e.py run)
-  [ -n "$PAIRS" ] && runner=(benchmark/pairs.py --pairs "$PAIRS" --)
-  log "e2e${PAIRS:+ x$PAIRS pairs} -> $dir: $*"
+  [ -n "$PAIRS" ] && runner=(benchmark/pairs.py --pairs "$PAIRS" "${vary[@]}" --)
+  log "e2e${PAIRS:+ x$PAIRS pairs}${VARY:+ varying $VARY} -> $dir: $*"
   python3 "${runner[@]}" "$@" --work-dir "$WORK" --out-dir "$dir" \
     --deadline-s $(( $(left) - 25 )) 2>&1 | tee -a "$OUT_DIR/compare.log" \
     | grep -E "rep |ready|ERROR|deadline|greedy|pair[0-9]+:|pooled"

@@ -1,6 +1,6 @@
 """Several side-by-side comparisons at once on one machine, pooled.
 
-    python3 benchmark/pairs.py --pairs K [--gpus N] [--no-pin] -- \
+    python3 benchmark/pairs.py --pairs K [--gpus N] [--no-pin] [--vary OPTS ...] -- \
         E2E-RUN-OPTIONS --work-dir W --out-dir O
 
 A machine with more GPUs than one comparison needs (four H100s, TP=2) can
@@ -18,11 +18,22 @@ count together and every record says which copy made it.
 Pool only copies of one run: same builds, options and machine. The copies
 share the machine's memory bus and host, so their numbers are comparable
 with each other and with nothing measured elsewhere.
+
+--vary OPTS (given V times, V dividing K): the copies run V different
+comparisons at once instead of one, e.g. `--vary "--attention-backend triton"
+--vary "--attention-backend default"` on four GPUs at TP=2 measures both
+backends in one call. Copies [j*K/V, (j+1)*K/V) append the j-th OPTS to the
+run's options (so they win over the same option there) and are pooled
+apart, into O/SLUG (SLUG: OPTS in letters, digits and dashes,
+e.g. attention-backend-triton). Each comparison is still whole within each
+of its copies; two comparisons' numbers are not to be compared.
 """
 
 import argparse
 import json
 import os
+import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -66,16 +77,41 @@ def without(argv, *names):
     return out
 
 
-def plan(k, gpus, cores, run_argv, have_taskset=True):
+def slug(opts):
+    """A folder name for one --vary's options: "--attention-backend triton"
+    -> "attention-backend-triton"."""
+    return re.sub(r"[^A-Za-z0-9.]+", "-", opts).strip("-.") or "default"
+
+
+def groups(k, vary):
+    """[(slug or None, copy indices)]: one group of every copy without
+    --vary, else len(vary) groups of consecutive copies."""
+    if not vary:
+        return [(None, list(range(k)))]
+    if k % len(vary):
+        raise ValueError(f"{k} copies cannot be shared out among {len(vary)} --vary option sets")
+    slugs = [slug(v) for v in vary]
+    if len(set(slugs)) < len(slugs):
+        raise ValueError(f"two --vary option sets share the folder name: {', '.join(slugs)}")
+    w = k // len(vary)
+    return [(s, list(range(j * w, (j + 1) * w))) for j, s in enumerate(slugs)]
+
+
+def plan(k, gpus, cores, run_argv, have_taskset=True, vary=()):
     """[(label, env additions, argv prefix, e2e argv, out dir)] per copy;
     `cores`: logical CPUs grouped by physical core (cpus.cpu_cores), or None for
-    no pinning."""
+    no pinning; `vary`: the --vary option strings (groups())."""
     work = option(run_argv, "--work-dir") or "/tmp/sglpatch-bench"
-    tp = int(option(run_argv, "--tp") or 1)
+    extra = [[]] * k
+    for j, (_, members) in enumerate(groups(k, vary)):
+        for i in members:
+            extra[i] = shlex.split(vary[j]) if vary else []
     gpu_slices = slices(gpus, k)
-    if len(gpu_slices[0]) < tp:
-        raise ValueError(f"{gpus} GPUs in {k} copies leave {len(gpu_slices[0])} "
-                         f"per copy, fewer than --tp {tp}")
+    for i in range(k):
+        tp = int(option(run_argv + extra[i], "--tp") or 1)
+        if len(gpu_slices[i]) < tp:
+            raise ValueError(f"{gpus} GPUs in {k} copies leave {len(gpu_slices[i])} "
+                             f"per copy, fewer than --tp {tp}")
     pins = (cpu_slices(cores, k) if have_taskset else None) or [None] * k
     base = without(run_argv, "--work-dir", "--out-dir", "--port-base")
     copies = []
@@ -87,8 +123,8 @@ def plan(k, gpus, cores, run_argv, have_taskset=True):
         prefix = []
         if pins[i] is not None:
             prefix = ["taskset", "-c", ",".join(map(str, pins[i]))]
-        argv = base + ["--work-dir", wdir, "--out-dir", out,
-                       "--port-base", str(30000 + PORT_STRIDE * i)]
+        argv = base + extra[i] + ["--work-dir", wdir, "--out-dir", out,
+                                  "--port-base", str(30000 + PORT_STRIDE * i)]
         copies.append((label, env, prefix, argv, out))
     return copies
 
@@ -155,6 +191,8 @@ def main(argv=None):
     ap.add_argument("--gpus", type=int, default=None, help="default: nvidia-smi's count")
     ap.add_argument("--no-pin", action="store_true",
                     help="no taskset: the copies share all CPUs")
+    ap.add_argument("--vary", action="append", default=[], metavar="OPTS",
+                    help="e2e options of one comparison of several at once (module docstring)")
     a = ap.parse_args(argv[:cut])
     run_argv = argv[cut + 1:]
     out_dir = option(run_argv, "--out-dir")
@@ -163,16 +201,23 @@ def main(argv=None):
     gpus = a.gpus if a.gpus is not None else gpu_count()
     cores = None if a.no_pin else cpu_cores()
     try:
-        copies = plan(a.pairs, gpus, cores, run_argv, have_taskset=bool(shutil.which("taskset")))
+        copies = plan(a.pairs, gpus, cores, run_argv, have_taskset=bool(shutil.which("taskset")),
+                      vary=a.vary)
+        parts = groups(a.pairs, a.vary)
     except ValueError as e:
         print(f"pairs.py: {e}", file=sys.stderr)
         return 2
-    for label, env, prefix, _, _ in copies:
-        print(f"{label}: GPUs {env['CUDA_VISIBLE_DEVICES']}"
-              f"{', ' + ' '.join(prefix) if prefix else ''}", flush=True)
+    for j, (name, members) in enumerate(parts):
+        for i in members:
+            label, env, prefix, _, _ = copies[i]
+            print(f"{label}: GPUs {env['CUDA_VISIBLE_DEVICES']}"
+                  f"{', ' + ' '.join(prefix) if prefix else ''}"
+                  f"{', ' + a.vary[j] if name else ''}", flush=True)
     codes = run_copies(copies)
-    for path in pool_into(out_dir, copies):
-        print(f"pooled {len(copies)} copies -> {path}", flush=True)
+    for name, members in parts:
+        dest = os.path.join(out_dir, name) if name else out_dir
+        for path in pool_into(dest, [copies[i] for i in members]):
+            print(f"pooled {len(members)} copies -> {path}", flush=True)
     bad = [f"{c[0]} exit {rc}" for c, rc in zip(copies, codes) if rc != 0]
     if bad:
         print("pairs.py: " + ", ".join(bad), file=sys.stderr)

@@ -129,3 +129,24 @@ def test_flashinfer_modules_one_call_compiled_spare_the_next_machine_its_compile
     aot = tmp_path / "sb" / "flashinfer" / "data" / "aot"
     assert (aot / "norm" / "norm.so").read_text() == "norm"
     assert (aot / "batch_prefill" / "batch_prefill.so").read_text() == "batch_prefill"
+
+
+def test_vary_runs_several_comparisons_at_once_through_pairs(tmp_path):
+    """VARY="OPTS;OPTS": the PAIRS copies are shared out among that many
+    comparisons (pairs.py --vary), each with the call's options and its own."""
+    k = kit(tmp_path, ".kit", "sglang-0.5.12.post1-cp312-cp312-manylinux_2_34_x86_64.whl")
+    vary = "--attention-backend triton;--attention-backend default"
+    res, runs = run_script(tmp_path, "device_compare.sh", 4, ("base,patched", "--tp", "2"),
+                           kit=k, VARY=vary, PAIRS="2", SIDE_BY_SIDE="2", KV_TOKENS="80000")
+    assert res.returncode == 0, res.stdout + res.stderr
+    ((_, run),) = [r for r in runs if r[1][0] == "benchmark/pairs.py"]
+    cut = run.index("--")
+    assert " ".join(run[:cut]) == ("benchmark/pairs.py --pairs 2 --vary=--attention-backend "
+                                   "triton --vary=--attention-backend default")
+    assert opt(run, "--tp") == "2" and "--side-by-side" in run[cut:]
+    # without PAIRS there are no copies to share out: refused before any run
+    (tmp_path / "calls").unlink()
+    res, runs = run_script(tmp_path, "device_compare.sh", 4, ("base,patched",), kit=k,
+                           VARY=vary, SIDE_BY_SIDE="2", KV_TOKENS="80000")
+    assert res.returncode == 2 and "VARY needs PAIRS" in res.stdout
+    assert not [r for r in runs if r[1][0] in ("benchmark/pairs.py", "benchmark/e2e.py")]

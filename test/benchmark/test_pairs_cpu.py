@@ -68,6 +68,59 @@ def test_plan_gives_each_copy_its_own_gpus_cpus_ports_and_dirs():
     assert pairs.plan(2, 2, cores, [], have_taskset=False)[0][2] == []
 
 
+def test_vary_shares_the_copies_out_among_comparisons_of_their_own():
+    """--vary: consecutive copies form one comparison each, with its options
+    after the run's (so they win) and a results folder of its own."""
+    vary = ["--attention-backend triton", "--attention-backend default"]
+    assert pairs.groups(4, vary) == [("attention-backend-triton", [0, 1]),
+                                     ("attention-backend-default", [2, 3])]
+    assert pairs.groups(2, []) == [(None, [0, 1])]
+    copies = pairs.plan(4, 4, None, ["--attention-backend", "fa3", "--out-dir", "/o"], vary=vary)
+    backends = [pairs.option(argv, "--attention-backend") for _, _, _, argv, _ in copies]
+    assert backends == ["triton", "triton", "default", "default"]
+    assert [e["CUDA_VISIBLE_DEVICES"] for _, e, _, _, _ in copies] == ["0", "1", "2", "3"]
+    # without --vary a copy's options are the run's own
+    assert pairs.plan(2, 2, None, ["--tp", "1"])[1][3][:2] == ["--tp", "1"]
+    with pytest.raises(ValueError, match="3 copies cannot be shared out among 2"):
+        pairs.groups(3, vary)
+    with pytest.raises(ValueError, match="share the folder name"):
+        pairs.groups(2, ["--tp 2", "--tp=2"])
+    # a --tp that only one comparison asks for is checked against its copies' GPUs
+    with pytest.raises(ValueError, match="fewer than --tp 2"):
+        pairs.plan(2, 2, None, [], vary=["--tp 1", "--tp 2"])
+
+
+@pytest.mark.slow
+def test_varied_copies_pool_into_a_results_file_per_comparison(tmp_path):
+    site = make_site(tmp_path)
+    for i in (0, 1):
+        os.makedirs(tmp_path / "work" / f"pair{i}", exist_ok=True)
+        subprocess.run(["cp", "-a", str(tmp_path / "work" / "models-tiny"),
+                        str(tmp_path / "work" / f"pair{i}" / "models-tiny")], check=True)
+    env = dict(os.environ, FAKE_JOURNAL=str(tmp_path / "journal.jsonl"), PYTHONPATH=site,
+               **FAST_PACE)
+    out = tmp_path / "out"
+    cmd = [sys.executable, PAIRS, "--pairs", "2", "--gpus", "2", "--no-pin",
+           "--vary", "--attention-backend triton", "--vary", "--attention-backend flashinfer", "--",
+           "--variant", f"base={site}", "--variant", f"patched={site}", "--no-apply",
+           "--preset", "tiny", "--speculative", "EAGLE3", "--piecewise", "default",
+           "--concurrency", "1", "--repeats", "1", "--min-seconds", "0.3",
+           "--greedy-prompts", "3", "--greedy-new-tokens", "4", "--card", "FAKE",
+           "--side-by-side", "--max-total-tokens", "1000",
+           "--work-dir", str(tmp_path / "work"), "--out-dir", str(out)]
+    with port_block(30000), port_block(31000):
+        res = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    assert not [p for p in out.iterdir() if p.suffix == ".json"]  # nothing pooled across
+    for folder, backend, copy in (("attention-backend-triton", "triton", "pair0"),
+                                  ("attention-backend-flashinfer", "flashinfer", "pair1")):
+        (path,) = (out / folder).glob("*.json")
+        data = json.loads(path.read_text())
+        assert {r["attention_backend"] for r in data["runs"]} == {backend}
+        assert data["bench"]["pairs"] == [copy]
+        assert {r["variant"] for r in data["runs"]} == {"base", "patched"}
+
+
 @pytest.mark.slow
 def test_two_copies_run_at_once_and_pool(tmp_path):
     site = make_site(tmp_path)
