@@ -90,27 +90,36 @@ def test_vary_shares_the_copies_out_among_comparisons_of_their_own():
         pairs.plan(2, 2, None, [], vary=["--tp 1", "--tp 2"])
 
 
-@pytest.mark.slow
-def test_varied_copies_pool_into_a_results_file_per_comparison(tmp_path):
+def _run_two_copies(tmp_path, repeats, *pairs_args):
+    """pairs.py with two copies of a base/patched run of the stand-in on the
+    tiny preset: (completed process, journal path, out dir)."""
     site = make_site(tmp_path)
+    # each copy finds the prebuilt stand-in models in its own work dir
     for i in (0, 1):
         os.makedirs(tmp_path / "work" / f"pair{i}", exist_ok=True)
         subprocess.run(["cp", "-a", str(tmp_path / "work" / "models-tiny"),
                         str(tmp_path / "work" / f"pair{i}" / "models-tiny")], check=True)
-    env = dict(os.environ, FAKE_JOURNAL=str(tmp_path / "journal.jsonl"), PYTHONPATH=site,
-               **FAST_PACE)
+    journal = tmp_path / "journal.jsonl"
+    env = dict(os.environ, FAKE_JOURNAL=str(journal), PYTHONPATH=site, **FAST_PACE)
     out = tmp_path / "out"
-    cmd = [sys.executable, PAIRS, "--pairs", "2", "--gpus", "2", "--no-pin",
-           "--vary", "--attention-backend triton", "--vary", "--attention-backend flashinfer", "--",
+    cmd = [sys.executable, PAIRS, "--pairs", "2", "--gpus", "2", "--no-pin", *pairs_args, "--",
            "--variant", f"base={site}", "--variant", f"patched={site}", "--no-apply",
            "--preset", "tiny", "--speculative", "EAGLE3", "--piecewise", "default",
-           "--concurrency", "1", "--repeats", "1", "--min-seconds", "0.3",
+           "--concurrency", "1", "--repeats", str(repeats), "--min-seconds", "0.3",
            "--greedy-prompts", "3", "--greedy-new-tokens", "4", "--card", "FAKE",
            "--side-by-side", "--max-total-tokens", "1000",
            "--work-dir", str(tmp_path / "work"), "--out-dir", str(out)]
+    # the copies' ports: 30000 and 31000 up (pairs.PORT_STRIDE), held from other runs
     with port_block(30000), port_block(31000):
         res = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    return res, journal, out
+
+
+@pytest.mark.slow
+def test_varied_copies_pool_into_a_results_file_per_comparison(tmp_path):
+    _, _, out = _run_two_copies(tmp_path, 1, "--vary", "--attention-backend triton",
+                                "--vary", "--attention-backend flashinfer")
     assert not [p for p in out.iterdir() if p.suffix == ".json"]  # nothing pooled across
     for folder, backend, copy in (("attention-backend-triton", "triton", "pair0"),
                                   ("attention-backend-flashinfer", "flashinfer", "pair1")):
@@ -123,26 +132,7 @@ def test_varied_copies_pool_into_a_results_file_per_comparison(tmp_path):
 
 @pytest.mark.slow
 def test_two_copies_run_at_once_and_pool(tmp_path):
-    site = make_site(tmp_path)
-    # each copy finds the prebuilt stand-in models in its own work dir
-    for i in (0, 1):
-        os.makedirs(tmp_path / "work" / f"pair{i}", exist_ok=True)
-        subprocess.run(["cp", "-a", str(tmp_path / "work" / "models-tiny"),
-                        str(tmp_path / "work" / f"pair{i}" / "models-tiny")], check=True)
-    journal = tmp_path / "journal.jsonl"
-    env = dict(os.environ, FAKE_JOURNAL=str(journal), PYTHONPATH=site, **FAST_PACE)
-    out = tmp_path / "out"
-    cmd = [sys.executable, PAIRS, "--pairs", "2", "--gpus", "2", "--no-pin", "--",
-           "--variant", f"base={site}", "--variant", f"patched={site}", "--no-apply",
-           "--preset", "tiny", "--speculative", "EAGLE3", "--piecewise", "default",
-           "--concurrency", "1", "--repeats", "2", "--min-seconds", "0.3",
-           "--greedy-prompts", "3", "--greedy-new-tokens", "4", "--card", "FAKE",
-           "--side-by-side", "--max-total-tokens", "1000",
-           "--work-dir", str(tmp_path / "work"), "--out-dir", str(out)]
-    # the copies' ports: 30000 and 31000 up (pairs.PORT_STRIDE), held from other runs
-    with port_block(30000), port_block(31000):
-        res = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
-    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    res, journal, out = _run_two_copies(tmp_path, 2)
     assert "[pair0]" in res.stdout and "[pair1]" in res.stdout
 
     events = [json.loads(x) for x in journal.read_text().splitlines()]
