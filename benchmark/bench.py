@@ -39,19 +39,56 @@ class BenchRunner:
     def __init__(self, mode, log):
         self.mode, self.log = mode, log
         self.workers = {}  # PYTHONPATH -> Popen
+        self.starting = set()  # PYTHONPATHs whose worker has not said it is ready
+
+    def _spawn(self, env):
+        key = env.get("PYTHONPATH", "")
+        self.workers[key] = subprocess.Popen(
+            [sys.executable, os.path.join(HERE, "bench_worker.py")], env=env,
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
+        self.starting.add(key)
+
+    def prestart(self, envs):
+        """Start the worker of each build now, without waiting for it: the
+        import each worker pays once then runs while the servers start,
+        instead of in turn before each build's first point (a side-by-side
+        group's builds are measured one after another, so those waits added
+        up). wait_started() before the first point: an import beside a
+        point would share the bench client's cores (--pin-cpus gives the
+        client as little as one) and slow the build measured then."""
+        if self.mode != "worker":
+            return
+        for env in envs:
+            w = self.workers.get(env.get("PYTHONPATH", ""))
+            if w is None or w.poll() is not None:
+                self._spawn(env)
+
+    def wait_started(self):
+        """Wait until every worker prestart began has imported bench_serving
+        (or failed to: its build's first point then starts one anew, and
+        falls back to a process per point as before)."""
+        for key in sorted(self.starting):
+            try:
+                self._ready(key)
+            except RuntimeError as e:
+                self.log(f"  bench worker for {key or 'this site'}: {e}")
+
+    def _ready(self, key):
+        w = self.workers[key]
+        ready = w.stdout.readline()
+        self.starting.discard(key)
+        if '"ready"' not in ready:
+            del self.workers[key]
+            raise RuntimeError(f"bench worker did not start: {ready!r}")
 
     def _worker(self, env):
         key = env.get("PYTHONPATH", "")
         w = self.workers.get(key)
         if w is None or w.poll() is not None:
-            w = subprocess.Popen([sys.executable, os.path.join(HERE, "bench_worker.py")],
-                                 env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                 text=True, bufsize=1)
-            ready = w.stdout.readline()
-            if '"ready"' not in ready:
-                raise RuntimeError(f"bench worker did not start: {ready!r}")
-            self.workers[key] = w
-        return w
+            self._spawn(env)
+        if key in self.starting:
+            self._ready(key)
+        return self.workers[key]
 
     def run(self, argv, env, log_path):
         if self.mode == "worker":
@@ -78,7 +115,7 @@ class BenchRunner:
                     w.wait(timeout=30)
                 except subprocess.TimeoutExpired:
                     w.kill()
-        self.workers = {}
+        self.workers, self.starting = {}, set()
 
 
 def run_bench(runner, srv, env, opts, target, conc, num_prompts, out_file):

@@ -358,6 +358,9 @@ def serve_group(st, opts: RunOptions, group, target, draft, vocab):
             if any(not kept_for[n.tag] for n in group[i + 1:]):  # another start follows
                 start_gate(st, opts, m)
 
+        if not opts.no_bench:
+            st.runner.prestart([m.env for m in group])
+
         def keep_on_success(exc_type, exc, tb):
             # runs before the servers' own callbacks (last in, first out)
             if exc_type is None and opts.keep_servers:
@@ -390,6 +393,7 @@ def serve_group(st, opts: RunOptions, group, target, draft, vocab):
             return
         for m in list(group):
             survives(st, m, group, "greedy", lambda m=m: greedy_check(st, opts, m))
+        st.runner.wait_started()  # no worker's import beside a timed check or point
         if opts.mixed_load:
             for m in group:
                 mixed_check(st, opts, m, vocab)
