@@ -33,10 +33,9 @@
 #     same; benchmark/keep.py); a call without it stops them first
 #   - ADDON=DIR: after the sites are installed, an add-on kit's wheels over
 #     each of them (.kitfa3: sgl-kernel with FA3, benchmark/kit/README.md);
-#     .kitfa3 travels alone, in a call after the one that carried the kit
-#     (.kitfi: flashinfer's modules prebuilt on an earlier machine, so its
-#     servers skip their compiles, is small enough to come beside the kit;
-#     benchmark/kit/README.md)
+#     .kitfi: flashinfer's modules prebuilt on an earlier machine, so its
+#     servers skip their compiles); an add-on travels alone, in a call after
+#     the one that carried the kit, and that call may measure too
 #   - SAVE_FLASHINFER_AOT=1: the flashinfer modules the call's servers
 #     compiled come back as flashinfer-aot-VERSION-ARCH.tgz.NN, the parts of
 #     that add-on

@@ -165,11 +165,12 @@ addon_install() {  # addon_install ADDON SITE...: an add-on kit's wheels over ea
 # parts flashinfer-aot-VERSION-ARCH.tgz.NN) and, copied here into a folder
 # the .kit* rule of .gitignore keeps out of git (mkdir -p .kitfi && cp
 # FILES_AT/flashinfer-aot-* .kitfi/), become an add-on of prebuilt modules
-# for the next fresh machine: small enough to travel beside .kit, so the
-# call that carries both installs the kit and then it (ADDON=.kitfi ... .kit
-# BUDGET VARIANTS), or a later call carries it alone (ADDON=.kitfi
-# INSTALL_ONLY=1 ... .kitfi 60 VARIANTS). A module the add-on lacks (another
-# head dimension, dtype, mask mode) compiles as before.
+# for the next fresh machine. Like every add-on it travels in a call of its
+# own, after the call that carried the kit (INSTALL_ONLY=1 ... .kit BUDGET
+# VARIANTS): .kit and .kitfi together with the working tree pass the 64 MiB
+# a call carries. That call may install it and measure at once (ADDON=.kitfi
+# ... .kitfi BUDGET VARIANTS ...). A module the add-on lacks (another head
+# dimension, dtype, mask mode) compiles as before.
 AOT_PART_BYTES=${AOT_PART_BYTES:-15m}  # a part per file back (each at most 16 MiB)
 
 flashinfer_aot_save() {  # flashinfer_aot_save WORK VERSION: the modules flashinfer
