@@ -30,7 +30,8 @@
 #   - KEEP_SERVERS=1 (with SIDE_BY_SIDE): e2e --keep-servers, the servers
 #     run on after the call, and the next call on the warm machine measures
 #     them again instead of starting them anew (those whose launch is the
-#     same; benchmark/keep.py); a call without it stops them first
+#     same, and those still starting when the last call's time ran out;
+#     benchmark/keep.py); a call without it stops them first
 #   - ADDON=DIR: after the sites are installed, an add-on kit's wheels over
 #     each of them (.kitfa3: sgl-kernel with FA3, benchmark/kit/README.md);
 #     .kitfi: flashinfer's modules prebuilt on an earlier machine, so its

@@ -5,8 +5,10 @@ does: Server.launch) runs on after the call's command returns, until the
 machine goes back. A server takes 100 to 500 s to start and a call lasts
 ten minutes, so the next call on the warm machine can measure the same
 servers again instead of starting them anew. The run that keeps its
-servers lists them in WORK/kept-servers.json; the next run adopts each
-one whose launch is the same (`fingerprint`) and still serves, and stops
+servers lists them in WORK/kept-servers.json, with those still starting
+when its time ran out (a start-up longer than a call is then paid once);
+the next run adopts each one whose launch is the same (`fingerprint`) and
+still runs, waits for it to serve, and stops
 every other one first, so no stale server holds GPU memory beside the new
 ones. A run without --keep-servers stops them all at its start.
 A run goes through KeptServers, with each server's fingerprint.
@@ -30,6 +32,8 @@ REGISTRY = "kept-servers.json"
 # the project's probes, sglang's debug switches)
 _ENV_KEYS = ("PYTHONPATH", "CUDA_VISIBLE_DEVICES")
 _ENV_PREFIXES = ("SGLPATCH_", "SGLANG_")
+# but the harness's own pacing (benchmark/pace.py), which no server reads
+_ENV_HARNESS = "SGLPATCH_BENCH_"
 
 
 def _site_identity(env):
@@ -52,7 +56,8 @@ def fingerprint(tag, cmd, env, cpus=None):
     if "--port" in portless:
         portless[portless.index("--port") + 1] = "PORT"
     keep_env = {k: v for k, v in sorted(env.items())
-                if k in _ENV_KEYS or k.startswith(_ENV_PREFIXES)}
+                if (k in _ENV_KEYS or k.startswith(_ENV_PREFIXES))
+                and not k.startswith(_ENV_HARNESS)}
     blob = json.dumps([tag, portless, keep_env, _site_identity(env),
                        sorted(cpus) if cpus else None])
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
@@ -128,8 +133,24 @@ class KeptServers:
         list (one left there when its group fails is stopped at the end of
         the run) and adopted as m.srv."""
         kept = self.by_fingerprint.pop(m.fingerprint)
-        m.srv.adopt(kept["pgid"], kept["start_s"])
+        m.srv.adopt(kept["pgid"], kept["start_s"], kept.get("launched_at"))
         self.log(f"reuse {m.tag}: the server an earlier run kept (port {kept['port']})")
+
+    def keep_starting(self, m, kept_now):
+        """--keep-servers: member m's server was still starting when the
+        run's time ran out. It runs on, listed with no start time and its
+        launch's, and the next run adopts it once it serves: a start-up
+        longer than one call (six TP=2 servers at once, say) is paid once
+        instead of being stopped and started again in every call."""
+        kept_now.add(m.tag)
+        if m.srv.log is not None:
+            m.srv.log.close()  # ours only: the server writes through its own
+        self.records.append({"tag": m.tag, "fingerprint": m.fingerprint,
+                             "port": m.srv.port, "pgid": m.srv.proc.pid,
+                             "log_path": m.srv.log_path, "start_s": None,
+                             "launched_at": m.srv.launched_at})
+        self.log(f"  keep {m.tag} starting (port {m.srv.port}) for the next run")
+        save(self.work_dir, self.records)
 
     def keep(self, group, kept_now):
         """--keep-servers: list the group's running servers in the work dir's

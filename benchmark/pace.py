@@ -9,6 +9,7 @@ a fraction of a second; they shorten the waits through the environment:
 
   SGLPATCH_BENCH_POLL_S           at most this many seconds between two looks
   SGLPATCH_BENCH_START_SPACING_S  seconds between two side-by-side starts
+  SGLPATCH_BENCH_START_TIMEOUT_S  at most this many seconds for a server to start
 
 Unset (as on the GPU machine), every wait is the default.  Standard library
 only.
@@ -32,3 +33,10 @@ def start_spacing_s(default=3.0):
     """Seconds between two side-by-side starts (SGLPATCH_BENCH_START_SPACING_S)."""
     value = _seconds("SGLPATCH_BENCH_START_SPACING_S")
     return default if value is None else value
+
+
+def start_timeout_s(default):
+    """Seconds a server may take to start: `default`, or less under
+    SGLPATCH_BENCH_START_TIMEOUT_S."""
+    cap = _seconds("SGLPATCH_BENCH_START_TIMEOUT_S")
+    return default if cap is None else min(default, cap)

@@ -373,6 +373,15 @@ def serve_group(st, opts: RunOptions, group, target, draft, vocab):
             try:
                 m.srv.wait_ready()
             except Exception as e:
+                if (opts.keep_servers and isinstance(e, TimeoutError)
+                        and m.srv.proc.poll() is None):
+                    # still starting when the call's time ran out: it runs
+                    # on, and the next run adopts it once it serves
+                    st.kept.keep_starting(m, kept_now)
+                    group.remove(m)
+                    st.errors.append(f"{m.tag}: not serving at the deadline; "
+                                     "kept starting for the next run")
+                    continue
                 # a build that cannot start (a module its kit lacks, a
                 # refusal at start-up) is an error of its own: the servers
                 # beside it are measured as if it had never been listed
@@ -382,6 +391,10 @@ def serve_group(st, opts: RunOptions, group, target, draft, vocab):
                      "side_by_side": launched}
             if m.srv.adopted:
                 start["reused"] = True  # started by an earlier run: start_s is that start's
+            if m.srv.start_spans_calls:
+                # launched by a run whose time ran out first: start_s runs from
+                # that launch to this run's first look that found it serving
+                start["start_spans_calls"] = True
             if m.srv.cpus:
                 start["cpus"] = cpu_list(m.srv.cpus)
             said = sglpatch_line(m.srv.log_path)
@@ -601,7 +614,7 @@ def start_timeout(st, longest=900, margin=20):
     the call's deadline less `margin`, so a start-up that hangs (seen: four
     TP=4 servers side by side on four GPUs, none ready after nine minutes)
     still leaves time to write the results and the logs."""
-    return max(10.0, min(longest, st.time_left() - margin))
+    return pace.start_timeout_s(max(10.0, min(longest, st.time_left() - margin)))
 
 
 def profile_order(members, opts: RunOptions):

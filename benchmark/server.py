@@ -191,6 +191,8 @@ class Server:
         self.log = None
         self.start_s = None
         self.adopted = False  # launched by an earlier run (adopt)
+        self.launched_at = None  # time.time() at the launch, that run's or ours
+        self.start_spans_calls = False  # start_s runs from an earlier run's launch
 
     def __enter__(self):
         self.launch()
@@ -204,7 +206,7 @@ class Server:
     def launch(self):
         """Start the process and return at once (several servers can then
         start side by side); wait_ready() waits for it to serve."""
-        self._t0 = time.time()
+        self._t0 = self.launched_at = time.time()
         self.log = open(self.log_path, "w")
         self.log.write(" ".join(self.cmd) + "\n")
         self.log.flush()
@@ -254,12 +256,14 @@ class Server:
                 return None
             time.sleep(pace.poll_s(poll_s))
 
-    def adopt(self, pgid, start_s):
+    def adopt(self, pgid, start_s, launched_at=None):
         """Take over a server an earlier run launched and kept
-        (benchmark/keep.py): its process group, and its own start time."""
+        (benchmark/keep.py): its process group, and its own start time
+        (None for one still starting then: wait_ready() counts it from
+        `launched_at`, that run's launch)."""
         self.proc = KeptProcess(pgid)
         self._t0 = time.time()
-        self.start_s = start_s
+        self.start_s, self.launched_at = start_s, launched_at
         self.adopted = True
         return self
 
@@ -270,6 +274,11 @@ class Server:
         met: the server exited (with its log's tail), or the timeout."""
         if self.adopted:
             self._wait_ready()  # still serving? its start was another run's
+            if self.start_s is None and self.launched_at is not None:
+                # it was still starting when that run's time ran out: from
+                # its launch to this look, at most the gap between the runs more
+                self.start_s = time.time() - self.launched_at
+                self.start_spans_calls = True
             return self
         self._ready.wait()
         if self._ready_error is not None:

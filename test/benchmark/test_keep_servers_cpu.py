@@ -17,12 +17,12 @@ import keep  # noqa: E402
 from server import group_alive  # noqa: E402
 
 
-def _run(tmp_path, *extra, kv="12345", check=True):
+def _run(tmp_path, *extra, kv="12345", check=True, env_extra=None):
     site = str(tmp_path / "site")
     if not os.path.isdir(site):
         site = make_site(tmp_path)  # once: a site made anew is another server
     env = dict(os.environ, FAKE_JOURNAL=str(tmp_path / "journal.jsonl"), PYTHONPATH=site,
-               **FAST_PACE)
+               **FAST_PACE, **(env_extra or {}))
     out = tmp_path / "out"
     if out.exists():
         for p in out.iterdir():
@@ -41,7 +41,10 @@ def _run(tmp_path, *extra, kv="12345", check=True):
 
 
 def _events(tmp_path):
-    return [json.loads(x) for x in (tmp_path / "journal.jsonl").read_text().splitlines()]
+    journal = tmp_path / "journal.jsonl"
+    if not journal.exists():  # no server has done anything yet
+        return []
+    return [json.loads(x) for x in journal.read_text().splitlines()]
 
 
 def _results(tmp_path):
@@ -80,6 +83,34 @@ def test_a_kept_server_is_measured_again_without_a_start(work):
     assert all(s["reused"] for s in starts)
     assert sorted(s["start_s"] for s in starts) == sorted(r["start_s"] for r in kept)
     assert keep.load(str(work / "work")) == kept  # kept again for the next run
+
+
+@pytest.mark.slow
+def test_a_server_still_starting_at_the_deadline_is_kept_for_the_next_run(work):
+    # the first run gives each server half a second to start; they take 3 s
+    first = _run(work, "--keep-servers", check=False,
+                 env_extra={"SGLPATCH_BENCH_START_TIMEOUT_S": "0.5", "FAKE_START_S": "3"})
+    kept = keep.load(str(work / "work"))
+    assert len(kept) == 2 and all(group_alive(r["pgid"]) for r in kept)
+    assert all(r["start_s"] is None and r["launched_at"] for r in kept)
+    assert first.returncode == 1
+    assert sum("kept starting" in e for e in _results(work)["errors"]) == 2
+    assert "bench" not in [e["event"] for e in _events(work)]
+    n = len(_events(work))
+
+    _run(work, "--keep-servers")
+    events = _events(work)[n:]
+    # no new launch: the two servers the first run kept came up and were measured
+    assert sorted(e["port"] for e in _events(work) if e["event"] == "up") == \
+        sorted(r["port"] for r in kept)
+    assert {e["port"] for e in events if e["event"] == "bench"} == {r["port"] for r in kept}
+    starts = _results(work)["server_starts"]
+    assert all(s["reused"] and s["start_spans_calls"] for s in starts)
+    # from the first run's launch to the second run's look: at least the 3 s start
+    assert all(s["start_s"] >= 3 for s in starts)
+    again = keep.load(str(work / "work"))
+    assert [r["pgid"] for r in again] == [r["pgid"] for r in kept]
+    assert all(r["start_s"] >= 3 for r in again)
 
 
 @pytest.mark.slow
@@ -126,6 +157,8 @@ def test_fingerprint_ignores_the_port_and_sees_the_site(tmp_path):
     assert keep.fingerprint("base-x", cmd, dict(env, SGLPATCH_HOST_TIME="0")) != fp
     assert keep.fingerprint("base-x", cmd[:-1] + ["4"], env) != fp
     assert keep.fingerprint("base-x", cmd, env, cpus={1, 2}) != fp
+    # the harness's own pacing is not what the server runs
+    assert keep.fingerprint("base-x", cmd, dict(env, SGLPATCH_BENCH_START_TIMEOUT_S="1")) == fp
     # the site made anew (rm -rf, then a copy): another server
     site.rename(tmp_path / "old")
     site.mkdir()
