@@ -41,13 +41,6 @@ class BenchRunner:
         self.workers = {}  # PYTHONPATH -> Popen
         self.starting = set()  # PYTHONPATHs whose worker has not said it is ready
 
-    def _spawn(self, env):
-        key = env.get("PYTHONPATH", "")
-        self.workers[key] = subprocess.Popen(
-            [sys.executable, os.path.join(HERE, "bench_worker.py")], env=env,
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
-        self.starting.add(key)
-
     def prestart(self, envs):
         """Start the worker of each build now, without waiting for it: the
         import each worker pays once then runs while the servers start,
@@ -59,9 +52,7 @@ class BenchRunner:
         if self.mode != "worker":
             return
         for env in envs:
-            w = self.workers.get(env.get("PYTHONPATH", ""))
-            if w is None or w.poll() is not None:
-                self._spawn(env)
+            self._started(env)
 
     def wait_started(self):
         """Wait until every worker prestart began has imported bench_serving
@@ -81,11 +72,19 @@ class BenchRunner:
             del self.workers[key]
             raise RuntimeError(f"bench worker did not start: {ready!r}")
 
-    def _worker(self, env):
+    def _started(self, env):
+        """The key of env's worker, started now where none runs."""
         key = env.get("PYTHONPATH", "")
         w = self.workers.get(key)
         if w is None or w.poll() is not None:
-            self._spawn(env)
+            self.workers[key] = subprocess.Popen(
+                [sys.executable, os.path.join(HERE, "bench_worker.py")], env=env,
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
+            self.starting.add(key)
+        return key
+
+    def _worker(self, env):
+        key = self._started(env)
         if key in self.starting:
             self._ready(key)
         return self.workers[key]

@@ -142,15 +142,19 @@ class KeptServers:
         launch's, and the next run adopts it once it serves: a start-up
         longer than one call (six TP=2 servers at once, say) is paid once
         instead of being stopped and started again in every call."""
+        self._list(m, kept_now, "starting", start_s=None, launched_at=m.srv.launched_at)
+        save(self.work_dir, self.records)
+
+    def _list(self, m, kept_now, state, **start):
+        """Member m's server runs on after the group: its record (with
+        `start`, its start time or launch) for the next run."""
         kept_now.add(m.tag)
         if m.srv.log is not None:
             m.srv.log.close()  # ours only: the server writes through its own
         self.records.append({"tag": m.tag, "fingerprint": m.fingerprint,
                              "port": m.srv.port, "pgid": m.srv.proc.pid,
-                             "log_path": m.srv.log_path, "start_s": None,
-                             "launched_at": m.srv.launched_at})
-        self.log(f"  keep {m.tag} starting (port {m.srv.port}) for the next run")
-        save(self.work_dir, self.records)
+                             "log_path": m.srv.log_path, **start})
+        self.log(f"  keep {m.tag} {state} (port {m.srv.port}) for the next run")
 
     def keep(self, group, kept_now):
         """--keep-servers: list the group's running servers in the work dir's
@@ -159,14 +163,7 @@ class KeptServers:
         for m in group:
             if m.srv.proc is None or m.srv.proc.poll() is not None:
                 continue
-            kept_now.add(m.tag)
-            if m.srv.log is not None:
-                m.srv.log.close()  # ours only: the server writes through its own
-            self.records.append({"tag": m.tag, "fingerprint": m.fingerprint,
-                                 "port": m.srv.port, "pgid": m.srv.proc.pid,
-                                 "log_path": m.srv.log_path,
-                                 "start_s": round(m.srv.start_s, 1)})
-            self.log(f"  keep {m.tag} running (port {m.srv.port}) for the next run")
+            self._list(m, kept_now, "running", start_s=round(m.srv.start_s, 1))
         save(self.work_dir, self.records)
 
     def stop_unadopted(self):
