@@ -517,17 +517,27 @@ def patches_applied(data):
 # Trial patches that joined the series, by the patch number they took: a
 # results file measured such a patch as the variant candidate-NAME on top of
 # the series before it, so that server ran the series through that number.
-JOINED = {"candidate-fa3-skip-host-pull": "0011", "candidate-triton-graph-metadata": "0012"}
+# A stack of trial patches (candidate-A+B) that joined in its order is the
+# series through the last of them.
+JOINED = {
+    "candidate-fa3-skip-host-pull": "0011",
+    "candidate-triton-graph-metadata": "0012",
+    "candidate-triton-tree-metadata-in-graph": "0016",
+    "candidate-triton-tree-metadata-in-graph+spec-v1-draft-sum-from-host": "0017",
+    "candidate-triton-tree-metadata-in-graph+spec-v1-draft-sum-from-host+flashinfer-plan-from-host":
+        "0018",
+}
 
 
-def joined_label(applied, number):
+def joined_label(applied, number, stacked=1):
     """'0001-0010' and '0011' -> '0001-0011 (trial patch)': the series a
     trial patch's server ran, once the patch joined as `number` right after
-    the patches its site had; None where it did not follow them."""
+    the patches its site had ('0001-0015', '0018' and a stack of 3 ->
+    '0001-0018 (trial patches)'); None where they did not follow them."""
     if not applied or not re.fullmatch(r"\d{4}-\d{4}", applied) \
-            or int(applied[-4:]) + 1 != int(number):
+            or int(applied[-4:]) + stacked != int(number):
         return None
-    return f"{applied[:4]}-{number} (trial patch)"
+    return f"{applied[:4]}-{number} (trial patch{'es' if stacked > 1 else ''})"
 
 
 def build_labels(data, through=False, patches=None):
@@ -538,7 +548,7 @@ def build_labels(data, through=False, patches=None):
     applied = (patches or {}).get("patched") or patches_applied(data)
     labels = {"patched": applied}
     for variant, number in JOINED.items():
-        label = joined_label(applied, number)
+        label = joined_label(applied, number, variant.count("+") + 1)
         if label:
             labels[variant] = label
     if through:

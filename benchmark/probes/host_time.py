@@ -30,12 +30,13 @@ the host is the bottleneck (TP > 1 on the small model: the GPU idles most of
 each step), the build whose iteration is longer is the slower build, and the
 functions whose time differs say where.
 
-`python3 host_time.py [--before-0012] [--pool-from N] DIR...` prints the
+`python3 host_time.py [--before-NNNN] [--pool-from N] DIR...` prints the
 files under DIR side by side (with --pool-from, the batch sizes >= N pooled
 into one table per rank, each per-iteration mean weighted by its
 iterations), with a "(shared code)" row per batch size: how long the code
-that every build runs alike (SHARED_CODE; with --before-0012, for builds
-without patch 0012, SHARED_CODE_BEFORE_0012) took per call, against the
+that every build runs alike (SHARED_CODE; with --before-0018 or
+--before-0012, for builds without that patch, SHARED_CODE_BEFORE[NNNN]) took
+per call, against the
 first build, which is how much faster or slower that server's host ran.
 SGLPATCH_HOST_TIME_EXTRA="module:Class.method,..." times more functions.
 
@@ -110,20 +111,27 @@ TARGETS = {
 # that speed, build against the first build, so a difference in iteration
 # time can be set against it. test_probe_host_time_cpu checks the source.
 # Patch 0012 moves part of the Triton backends' replay metadata into the
-# graphs, so their host time differs by design and they left the list;
-# SHARED_CODE_BEFORE_0012 is the yardstick of probes of builds without 0012
-# (every probe committed before it: `--before-0012` renders them).
+# graphs, and patch 0018 plans flashinfer's graph replays from host lengths,
+# so their host time differs by design and they left the list;
+# SHARED_CODE_BEFORE["NNNN"] is the yardstick of probes of builds without
+# patch NNNN (the probes committed before it: `--before-NNNN` renders them).
 SHARED_CODE = (
     "assign_req_to_token_pool_func",
     "EAGLEDraftCudaGraphRunner.replay",
     "FlashInferAttnBackend.init_forward_metadata",
+)
+_FLASHINFER_REPLAY = (
     "FlashInferAttnBackend.init_forward_metadata_replay_cuda_graph",
     "FlashInferMultiStepDraftBackend.init_forward_metadata_replay_cuda_graph",
 )
-SHARED_CODE_BEFORE_0012 = SHARED_CODE + (
+_TRITON_REPLAY = (
     "TritonAttnBackend.init_forward_metadata_replay_cuda_graph",
     "TritonMultiStepDraftBackend.init_forward_metadata_replay_cuda_graph",
 )
+SHARED_CODE_BEFORE = {
+    "0018": SHARED_CODE + _FLASHINFER_REPLAY,
+    "0012": SHARED_CODE + _FLASHINFER_REPLAY + _TRITON_REPLAY,
+}
 # SGLPATCH_HOST_TIME_EXTRA: more functions to time without editing this
 # file, "module:Class.method" or "module:function", comma-separated.
 EXTRA_ENV = "SGLPATCH_HOST_TIME_EXTRA"
@@ -526,13 +534,18 @@ def gc_table(reports, top=15):
 
 
 def main(argv):
-    """host_time.py [--before-0012] [--pool-from N] DIR...: the files under
+    """host_time.py [--before-NNNN] [--pool-from N] DIR...: the files under
     DIR side by side; with --pool-from, batch sizes >= N as one pooled table
-    per rank; with --before-0012, builds without patch 0012, whose shared
-    code includes the Triton backends' replay metadata."""
+    per rank; with --before-0018 (--before-0012), builds without that patch,
+    whose shared code includes flashinfer's (and Triton's) replay metadata."""
     lo, shared_code = None, SHARED_CODE
-    if argv[:1] == ["--before-0012"]:
-        shared_code, argv = SHARED_CODE_BEFORE_0012, argv[1:]
+    if argv[:1] and argv[0].startswith("--before-"):
+        shared_code = SHARED_CODE_BEFORE.get(argv[0][len("--before-"):])
+        if shared_code is None:
+            print(f"host_time: {argv[0]}: one of "
+                  f"{', '.join('--before-' + n for n in SHARED_CODE_BEFORE)}", file=sys.stderr)
+            return 2
+        argv = argv[1:]
     if argv[:1] == ["--pool-from"]:
         if len(argv) < 2 or not argv[1].isdigit() or int(argv[1]) < 1:
             print("host_time: --pool-from takes a batch size >= 1", file=sys.stderr)

@@ -1,7 +1,6 @@
 """Trial patches (benchmark/candidates/): each still applies on top of the
 series' patches, with the device scripts' own `candidate_apply`, and its unit
-tests pass on the sglang it makes (for those of the stack the README measures
-them with, on the sglang all of them make); the harness takes `candidate-NAME` as a
+tests pass on the sglang it makes; the harness takes `candidate-NAME` as a
 build of its own, after the series' patches. With no trial patch in the
 directory only the naming is checked here; candidate_apply itself is
 tested on a made-up patch in test_lib_sh_cpu.py."""
@@ -67,12 +66,6 @@ def test_an_upstream_release_is_a_variant():
                      "upstream-0.5.13.post1", "upstream-0.5.17"]
 
 
-STACK = ["triton-tree-metadata-in-graph", "spec-v1-draft-sum-from-host", "flashinfer-plan-from-host"]
-STACK_PATCHES = [os.path.join(REPO, "benchmark", "candidates", f"{n}.patch") for n in STACK]
-# all three still trial patches (none joined the series or was deleted)
-STACK_PRESENT = all(os.path.exists(p) for p in STACK_PATCHES)
-
-
 def _site_with(tmp_path, patches):
     """A copy of the venv's (patched) sglang with these trial patches applied
     in order by the device scripts' own candidate_apply."""
@@ -112,17 +105,5 @@ def _their_tests_pass(tmp_path, site, patches):
 
 @pytest.mark.parametrize("patch", PATCHES, ids=os.path.basename)
 def test_trial_patch_applies_on_the_series_and_its_tests_pass(patch, tmp_path):
-    site = _site_with(tmp_path, [patch])
-    if patch in STACK_PATCHES and STACK_PRESENT:
-        return  # its tests run once, in the stack (below), with the others applied
-    _their_tests_pass(tmp_path, site, [patch])
+    _their_tests_pass(tmp_path, _site_with(tmp_path, [patch]), [patch])
 
-
-def test_the_stack_of_every_trial_patch_applies_and_its_tests_pass(tmp_path):
-    """The one server the candidates' README measures them with: every trial
-    patch on the series, in the variant's order; each one's tests pass with
-    the others applied."""
-    if not STACK_PRESENT:
-        pytest.skip("a trial patch of the stack is gone (joined the series or deleted)")
-    assert sorted(STACK_PATCHES) == PATCHES  # a new trial patch joins the stack here
-    _their_tests_pass(tmp_path, _site_with(tmp_path, STACK_PATCHES), STACK_PATCHES)

@@ -298,6 +298,23 @@ def test_before_0012_counts_the_triton_replay_metadata_as_shared(tmp_path, capsy
     assert triton not in host_time.SHARED_CODE
 
 
+def test_before_0018_counts_the_flashinfer_replay_metadata_as_shared(tmp_path, capsys):
+    # Patch 0018 plans flashinfer's graph replays from host lengths, so their
+    # replay metadata is shared code only between builds without 0018.
+    flashinfer = "FlashInferAttnBackend.init_forward_metadata_replay_cuda_graph"
+    for build, us in (("/tmp/sb", 10.0), ("/tmp/sp", 40.0)):
+        _write_host(tmp_path, build, 0, {"1": {
+            "iterations": 5, "iteration_us": 100.0,
+            "functions": {"assign_req_to_token_pool_func": [1, 10.0], flashinfer: [1, us]}}})
+    assert host_time.main([str(tmp_path)]) == 0
+    assert "| 1 | 1.000 (1 functions) |" in capsys.readouterr().out
+    for before in ("--before-0018", "--before-0012"):
+        assert host_time.main([before, str(tmp_path)]) == 0
+        assert "| 1 | 2.000 (2 functions) |" in capsys.readouterr().out
+    assert host_time.main(["--before-0013", str(tmp_path)]) == 2
+    assert flashinfer not in host_time.SHARED_CODE
+
+
 def _function_source(path, qualname):
     import ast
 

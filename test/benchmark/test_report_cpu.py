@@ -314,6 +314,23 @@ def test_backend_table_gives_a_joined_trial_patch_a_row_of_its_own(tmp_path):
     assert report.joined_label(None, "0011") is None
 
 
+def test_a_stack_of_joined_trial_patches_is_the_series_through_its_last():
+    """candidate-A+B+C that joined as three patches in its order ran the
+    series through the last of them; each shorter prefix of the stack
+    through its own last."""
+    line = "patches 0001-0015 applied by sglpatch 0.2.0; per-step seq_lens host pull on: ..."
+    stack = ("candidate-triton-tree-metadata-in-graph+spec-v1-draft-sum-from-host"
+             "+flashinfer-plan-from-host")
+    data = {"server_starts": [{"setting": "patched-triton-ov1-EAGLE3-pcg1", "sglpatch_line": line}]}
+    labels = report.build_labels(data)
+    assert labels[stack] == "0001-0018 (trial patches)"
+    assert labels[stack.rsplit("+", 1)[0]] == "0001-0017 (trial patches)"
+    assert labels["candidate-triton-tree-metadata-in-graph"] == "0001-0016 (trial patch)"
+    # a stack on a site it did not follow: no label
+    assert report.joined_label("0001-0015", "0017", 3) is None
+    assert report.joined_label("0001-0014", "0018", 3) is None
+
+
 def test_the_triton_table_takes_only_triton_points(tmp_path):
     """README's Triton table is the same table over `--attention-backend
     triton` points: a file with both backends gives each table its own rows,

@@ -55,6 +55,13 @@ NAMES = {
     "layers.attention.base_attn_backend.call_init_forward_metadata_in_graph": None,
     "managers.scheduler.Scheduler._apply_war_barrier": ["self"],
     "managers.scheduler.war_barrier_enabled": None,
+    "layers.attention.flashinfer_backend.FlashInferIndicesUpdaterPrefill.can_plan_verify_from_host":
+        None,
+    "layers.attention.flashinfer_backend.FlashInferIndicesUpdaterPrefill.update_verify_from_host":
+        None,
+    "layers.attention.flashinfer_backend.VerifyPlanHostArrays": None,
+    "layers.attention.flashinfer_backend.FlashInferMultiStepDraftBackend.draft_kv_indptr_on_host":
+        None,
     "model_executor.forward_batch_info.ForwardBatch.mark_forward_metadata_ready":
         ["self", "replan_equivalent"],
     "model_executor.forward_batch_info.ForwardBatch.needs_forward_metadata_init": ["self"],

@@ -13,6 +13,9 @@ graphs inside the graphs, so their replays launch none of it from the host.
   hook (another runner) computes them on the host as before.
 - The draft's multi-step backend (draft decode graph) does the same with
   its steps' kv_indptr / kv_indices and the shared num_kv_splits.
+- A tree of topk > 1 (spec v1: sglang's own 5 / 4 / 8 for a Llama
+  target) builds the same metadata in its graphs: the values do not depend
+  on topk, and the draft's kernels take it from the backend as before.
 - With a sliding window nothing moves into the graph.
 - The runners' helper calls the hook where a backend has it, and does
   nothing for an object without it; the base class's hook does nothing.
@@ -64,12 +67,14 @@ class KvIndicesReference:
         return launch
 
 
-def _backend(sliding_window_size=None, topk=1):
+def _backend(sliding_window_size=None, topk=1, draft_tokens=DRAFT_TOKENS, steps=SPEC_STEPS):
     b = object.__new__(TritonAttnBackend)
     b.device = "cpu"
-    b.num_draft_tokens = DRAFT_TOKENS
-    b.speculative_num_steps = SPEC_STEPS
+    b.num_draft_tokens = draft_tokens
+    b.speculative_num_steps = steps
     b.sliding_window_size = sliding_window_size
+    # the server's --speculative-eagle-topk, which the backend of 0001-0015
+    # kept to refuse the in-graph path to a tree
     b.eagle_topk = topk
     b.req_to_token = torch.arange(8 * CONTEXT, dtype=torch.int32).reshape(8, CONTEXT)
     b.kv_indptr = torch.zeros(MAX_BS + 1, dtype=torch.int32)
@@ -189,15 +194,31 @@ class TestTritonSpecMetadataInGraph(CustomTestCase):
         self._replay(b, ForwardMode.DRAFT_EXTEND_V2, 2, rpi, lens)
         self._check(_buffers(b, 2), _expected(rpi, lens, SPEC_STEPS + 1, verify=False))
 
-    def test_topk_above_one_stays_on_the_host(self):
-        # A tree of topk > 1 (spec v1, or sglang's own speculative
-        # parameters) keeps 0.5.12.post1's host replay.
-        b = _backend(topk=4)
-        for mode in (ForwardMode.TARGET_VERIFY, ForwardMode.DRAFT_EXTEND_V2):
-            b.init_forward_metadata_in_graph(_capture_batch(
-                mode, 2, torch.tensor([0, 1]), torch.tensor([3, 3])))
-        self.assertEqual(b.metadata_in_graph, set())
-        self.assertEqual(b.kv_indptr.tolist(), [0] * (MAX_BS + 1))  # untouched
+    def test_a_tree_builds_in_its_graphs_what_the_host_replay_builds(self):
+        # sglang's own parameters for a Llama target: 5 steps, topk 4, 8
+        # draft tokens (spec v1). Its target-verify and draft-extend graphs
+        # compute the host replay's values, and their replays leave them be.
+        rpi, lens = torch.tensor([3, 1, 0]), torch.tensor([5, 2, 7])
+        full_rpi = torch.cat([rpi, torch.tensor([0])])
+        full_lens = torch.cat([lens, torch.tensor([1])])  # a padded row
+        mask = torch.tensor([True, False, False, True, True])
+        for mode in (ForwardMode.TARGET_VERIFY, ForwardMode.DRAFT_EXTEND):
+            with self.subTest(mode=mode):
+                graph = _backend(topk=4, draft_tokens=8, steps=5)
+                host = _backend(topk=4, draft_tokens=8, steps=5)
+                graph.init_forward_metadata_in_graph(_capture_batch(mode, 4, full_rpi, full_lens))
+                self._replay(host, mode, 4, full_rpi, full_lens, _Spec(mask))
+                self.assertEqual(len(graph.metadata_in_graph), 1)
+                self.assertEqual(host.metadata_in_graph, set())
+                built = _buffers(graph, 4)
+                self._check(built, _buffers(host, 4))
+                per_req = 8 if mode.is_target_verify() else 6
+                self.assertEqual(built["qo_indptr"].tolist(), list(range(0, 4 * per_req + 1, per_req)))
+                # the next step's replay copies the tree mask, nothing else
+                self._replay(graph, mode, 4, full_rpi, full_lens + 3, _Spec(mask))
+                self._check(_buffers(graph, 4), built)
+                if mode.is_target_verify():
+                    self.assertEqual(graph.cuda_graph_custom_mask[:5].tolist(), mask.tolist())
 
     def test_sliding_window_and_other_modes_stay_on_the_host(self):
         b = _backend(sliding_window_size=8)
@@ -231,7 +252,11 @@ class DraftKvIndicesStandIn:
     row becomes the running sum of (seq_lens + i + 1), a value that moves
     with the batch's lengths, which is all these tests need to see."""
 
+    def __init__(self):
+        self.grids = []
+
     def __getitem__(self, grid):
+        self.grids.append(grid)
         steps, num_seqs, _ = grid
 
         def launch(req_pool_indices, req_to_token, seq_lens, kv_indices, kv_indptr,
@@ -246,9 +271,11 @@ class _LastStep:
     """The last step backend: get_num_kv_splits writes the lengths it saw."""
 
     def __init__(self):
-        self.cuda_graph_num_kv_splits = torch.zeros(MAX_BS, dtype=torch.int32)
+        self.cuda_graph_num_kv_splits = torch.zeros(MAX_BS * 4, dtype=torch.int32)
+        self.sizes = []  # (num_kv_splits' length, the lengths') of each call
 
     def get_num_kv_splits(self, num_kv_splits, seq_lens):
+        self.sizes.append((len(num_kv_splits), len(seq_lens)))
         num_kv_splits[: len(seq_lens)] = seq_lens
 
 
@@ -288,12 +315,23 @@ class TestTritonDraftMetadataInGraph(CustomTestCase):
         d.init_forward_metadata_replay_cuda_graph(_draft_batch(2, lens + 3), 2)
         self.assertEqual(self._state(d, 2), built)  # the graph does it
 
-    def test_topk_above_one_stays_on_the_host(self):
-        d = _draft_backend()
-        d.topk = 4
-        d.init_forward_metadata_in_graph(_draft_batch(2, torch.tensor([5, 7])))
-        self.assertEqual(d.metadata_in_graph, set())
-        self.assertEqual(d.kv_indptr.tolist(), [[0] * (MAX_BS + 1)] * SPEC_STEPS)
+    def test_a_tree_builds_in_its_graph_what_the_host_replay_builds(self):
+        # topk 4: the kernel gets the tree's width in its grid and the last
+        # step sizes num_kv_splits for every branch of every request.
+        graph, host = _draft_backend(), _draft_backend()
+        graph.topk = host.topk = 4
+        lens = torch.tensor([5, 7])
+        with mock.patch.object(triton_backend, "generate_draft_decode_kv_indices",
+                               DraftKvIndicesStandIn()) as kernel:
+            graph.init_forward_metadata_in_graph(_draft_batch(2, lens))
+            self.assertEqual(kernel.grids, [(SPEC_STEPS, 2, 4)])
+            host.init_forward_metadata_replay_cuda_graph(_draft_batch(2, lens), 2)
+        self.assertEqual(graph.metadata_in_graph, {2})
+        self.assertEqual(self._state(graph, 2), self._state(host, 2))
+        self.assertEqual(graph.attn_backends[-1].sizes, [(8, 2)])
+        built = self._state(graph, 2)
+        graph.init_forward_metadata_replay_cuda_graph(_draft_batch(2, lens + 3), 2)
+        self.assertEqual(self._state(graph, 2), built)  # the graph does it
 
     def test_a_draft_graph_captured_without_the_hook_replays_as_before(self):
         d = _draft_backend()
