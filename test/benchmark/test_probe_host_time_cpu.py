@@ -12,6 +12,8 @@ import subprocess
 import sys
 import types
 
+import pytest
+
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PROBES = os.path.join(REPO, "benchmark", "probes")
 sys.path.insert(0, PROBES)
@@ -283,36 +285,30 @@ def test_shared_code_row_is_the_geometric_mean_of_per_call_ratios(tmp_path):
     assert host_time.shared_code_ratio({"functions": {}}, {"functions": fns["/tmp/sb"]}) is None
 
 
-def test_before_0012_counts_the_triton_replay_metadata_as_shared(tmp_path, capsys):
-    # Patch 0012 moves part of Triton's replay metadata into the graphs, so
-    # its function is shared code only between builds without 0012.
-    triton = "TritonAttnBackend.init_forward_metadata_replay_cuda_graph"
-    for build, us in (("/tmp/sb", 10.0), ("/tmp/sp", 20.0)):
-        _write_host(tmp_path, build, 0, {"1": {
-            "iterations": 5, "iteration_us": 100.0,
-            "functions": {"assign_req_to_token_pool_func": [1, 10.0], triton: [1, us]}}})
-    assert host_time.main([str(tmp_path)]) == 0
-    assert "| 1 | 1.000 (1 functions) |" in capsys.readouterr().out
-    assert host_time.main(["--before-0012", str(tmp_path)]) == 0
-    assert f"| 1 | {2 ** 0.5:.3f} (2 functions) |" in capsys.readouterr().out
-    assert triton not in host_time.SHARED_CODE
-
-
-def test_before_0018_counts_the_flashinfer_replay_metadata_as_shared(tmp_path, capsys):
-    # Patch 0018 plans flashinfer's graph replays from host lengths, so their
-    # replay metadata is shared code only between builds without 0018.
-    flashinfer = "FlashInferAttnBackend.init_forward_metadata_replay_cuda_graph"
+# Patch 0012 moves part of Triton's replay metadata into the graphs and 0018
+# plans flashinfer's graph replays from host lengths, so each backend's
+# replay metadata is shared code only between builds without that patch.
+@pytest.mark.parametrize("function, shared_before", [
+    ("TritonAttnBackend.init_forward_metadata_replay_cuda_graph", ("--before-0012",)),
+    ("FlashInferAttnBackend.init_forward_metadata_replay_cuda_graph",
+     ("--before-0018", "--before-0012")),
+])
+def test_replay_metadata_is_shared_code_only_before_its_patch(tmp_path, capsys, function,
+                                                              shared_before):
     for build, us in (("/tmp/sb", 10.0), ("/tmp/sp", 40.0)):
         _write_host(tmp_path, build, 0, {"1": {
             "iterations": 5, "iteration_us": 100.0,
-            "functions": {"assign_req_to_token_pool_func": [1, 10.0], flashinfer: [1, us]}}})
+            "functions": {"assign_req_to_token_pool_func": [1, 10.0], function: [1, us]}}})
     assert host_time.main([str(tmp_path)]) == 0
     assert "| 1 | 1.000 (1 functions) |" in capsys.readouterr().out
-    for before in ("--before-0018", "--before-0012"):
+    for before in shared_before:
         assert host_time.main([before, str(tmp_path)]) == 0
         assert "| 1 | 2.000 (2 functions) |" in capsys.readouterr().out
+    if "--before-0018" not in shared_before:
+        assert host_time.main(["--before-0018", str(tmp_path)]) == 0
+        assert "| 1 | 1.000 (1 functions) |" in capsys.readouterr().out
+    assert function not in host_time.SHARED_CODE
     assert host_time.main(["--before-0013", str(tmp_path)]) == 2
-    assert flashinfer not in host_time.SHARED_CODE
 
 
 def _function_source(path, qualname):
