@@ -230,6 +230,32 @@ def idle_share(p):
     return round(100 * idle / window, 1) if window and idle is not None else None
 
 
+def bench_forward_us(data, p, variant=None):
+    """A GPU-only trace's forward timed by the bench instead of the
+    profiler: the median TPOT of the same server's point at concurrency 1
+    times the tokens a forward gives the request (the accept length with
+    EAGLE, else 1), in µs. The profiler slows the host, so its window
+    overstates the forward; the bench's does not. None for stack traces,
+    above concurrency 1 (other requests' prefills share the TPOT), with
+    TP (a collective's wait for the other ranks counts as busy) and where
+    the file has no such point. `variant`: that build's point of the same
+    setting instead of the trace's own."""
+    if p.get("with_stack") or p.get("concurrency") != 1 or (p.get("tp") or 1) != 1:
+        return None
+    key = results._key(dict(p, variant=variant or p["variant"]), results.RUN_KEY)
+    for r in data.get("runs", []):
+        if results._key(r, results.RUN_KEY) == key and r.get("tpot_ms_median"):
+            return round(1000 * r["tpot_ms_median"] * (r.get("accept_length") or 1), 1)
+    return None
+
+
+def bench_idle_share(data, p):
+    """The GPU's idle time as a share of the bench-timed forward
+    (`bench_forward_us`), in percent: 100 × (1 − GPU busy / forward)."""
+    forward, busy = bench_forward_us(data, p), p.get("gpu_busy_us_per_step")
+    return round(100 * (1 - busy / forward), 1) if forward and busy is not None else None
+
+
 # how many of a stack trace's frames "Where the GPU waited" lists
 WAIT_FRAMES = 8
 
@@ -239,13 +265,18 @@ def profiles_section(data):
     for p in data["profiles"]:
         gaps = (p.get("idle_gaps") or {}).get(">=50us", {}).get("idle_us_per_step")
         rows.append([setting(p), trace_kind(p)] + [p.get(k) for _, k in PROFILE_COLUMNS[:7]]
-                    + [idle_share(p), gaps] + [p.get(k) for _, k in PROFILE_COLUMNS[7:]])
+                    + [idle_share(p), gaps, bench_forward_us(data, p), bench_idle_share(data, p)]
+                    + [p.get(k) for _, k in PROFILE_COLUMNS[7:]])
     header = (["setting", "trace"] + [h for h, _ in PROFILE_COLUMNS[:7]]
-              + ["GPU idle %", "idle in gaps ≥ 50 µs"] + [h for h, _ in PROFILE_COLUMNS[7:]])
+              + ["GPU idle %", "idle in gaps ≥ 50 µs", "bench forward µs",
+                 "GPU idle % of the bench's forward"] + [h for h, _ in PROFILE_COLUMNS[7:]])
     out = ["## Profiles", "",
            "Per decode forward, from torch-profiler traces (`trace_steps.py`); gpu = GPU "
            "activity only, stack = with CPU ops and Python frames (slower host: read "
-           "shares, not times). GPU idle % = GPU idle over the forward's window. Runtime "
+           "shares, not times). GPU idle % = GPU idle over the forward's window. The "
+           "profiler slows the host, so for a GPU-only trace at concurrency 1 and TP=1 the "
+           "bench times the forward too: the same server's median TPOT times its accept "
+           "length, and the GPU's idle share of it. Runtime "
            "calls, idle gaps and Python frames per trace are in the JSON.", "",
            table(header, rows)]
     return (out + ranks_section(data["profiles"]) + closing_section(data["profiles"])
@@ -700,6 +731,40 @@ def correctness_table(setting, results_dir, link_dir):
                   "truth-check violations / checks", "alive after the storm"], rows)
 
 
+def idle_table(setting, results_dir, link_dir):
+    """The GPU's idle share of a decode forward at concurrency 1 and TP=1:
+    each GPU-only trace of the setting's files that the bench timed too
+    (`bench_forward_us`), with the patches its server ran, and its GPU busy
+    time over base's bench-timed forward: the TPOT ratio to base the build
+    would have with no GPU idle at all."""
+    rows = []
+    for path, patches, _ in entries(setting, results_dir):
+        with open(path) as fh:
+            data = json.load(fh)
+        name = os.path.basename(path)[:-5]
+        labels = build_labels(data, through=True, patches=patches)
+        for p in data.get("profiles", []):
+            forward = bench_forward_us(data, p)
+            if forward is None:
+                continue
+            rows.append([f"[{name}]({link_dir}/{name}.md)", data["card"],
+                         data.get("model_preset"), p.get("attention_backend"),
+                         p.get("spec_params") or ("chain (topk 1)" if p.get("speculative")
+                                                          in ("EAGLE3", "EAGLE") else None),
+                         labels.get(p["variant"], p["variant"]), forward,
+                         round(p.get("gpu_busy_us_per_step") or 0, 1), bench_idle_share(data, p),
+                         busy_over(p, bench_forward_us(data, p, "base"))])
+    return table(["results", "card", "model", "attention backend", "EAGLE tree (steps/topk/tokens)",
+                  "build", "bench forward µs", "GPU busy µs", "GPU idle %",
+                  "GPU busy / base's forward"], rows)
+
+
+def busy_over(p, forward_us):
+    """A trace's GPU busy time over a bench-timed forward, or None."""
+    busy = p.get("gpu_busy_us_per_step")
+    return round(busy / forward_us, 3) if forward_us and busy is not None else None
+
+
 def reproduction(setting, results_dir):
     """The `e2e.py run` lines each of the setting's files records, once
     each, without the call's own `--deadline-s`."""
@@ -734,6 +799,9 @@ def results_page(current, results_dir, link_dir="results"):
                 f"[{n[:-3]}]({link_dir}/notes/{n})" for n in setting["notes"]) + ".", ""]
         if setting.get("kind") == "correctness":
             out += [correctness_table(setting, results_dir, link_dir), ""]
+            continue
+        if setting.get("kind") == "idle":
+            out += [idle_table(setting, results_dir, link_dir), ""]
             continue
         args = setting_args(setting, results_dir)
         out += [backend_table(link_dir=link_dir, **args), ""]

@@ -453,3 +453,45 @@ def test_correctness_table_counts_digests_chains_and_truth_checks(tmp_path):
 def test_machine_is_read_from_the_file_name():
     assert report.machine("2026-11-27-h200x2-tp2-x") == "H200 ×2"
     assert report.machine("2026-11-27-h100-x") == "H100"
+
+
+def test_bench_times_the_forward_of_a_gpu_trace_at_concurrency_1_and_tp_1():
+    # patched: median TPOT 2.0 ms and accept length 2.9 -> a 5800 µs forward,
+    # of which the trace's GPU was busy 1000 µs
+    data = {"runs": [_default_point("patched", [2.0, 2.0]),
+                     _default_point("patched", [3.0, 3.0], c=8)]}
+    trace = _profile("patched", False)
+    assert report.bench_forward_us(data, trace) == 5800.0
+    assert report.bench_idle_share(data, trace) == 82.8
+    # the stack trace's host is slowed; above concurrency 1 other requests'
+    # prefills share the TPOT; with TP collectives wait inside busy kernels
+    assert report.bench_forward_us(data, _profile("patched", True)) is None
+    assert report.bench_forward_us(data, dict(trace, concurrency=8)) is None
+    assert report.bench_forward_us(data, dict(trace, tp=2)) is None
+    # a server the bench did not time, or timed in another setting
+    assert report.bench_forward_us(data, _profile("base", False)) is None
+    # another build's point of the trace's setting
+    assert report.bench_forward_us({"runs": [_default_point("base", [3.0, 3.0])]}, trace,
+                                   "base") == 8700.0
+    assert report.bench_forward_us(data, dict(trace, attention_backend="triton")) is None
+    # without speculation a forward gives the request one token
+    plain = _default_point("patched", [2.0, 2.0])
+    plain.update(speculative="none", accept_length=None)
+    assert report.bench_forward_us({"runs": [plain]},
+                                   dict(trace, speculative="none")) == 2000.0
+
+
+def test_idle_table_gives_each_timed_trace_with_the_build_it_ran(tmp_path):
+    data = _side_by_side(profiles=[_profile("base", False), _profile("patched", False),
+                                   _profile("patched", True)])
+    setting = _current(tmp_path, data, kind="idle")["settings"][0]
+    rows = report.idle_table(setting, str(tmp_path), "r").splitlines()[2:]
+    # base's TPOT 2.0 ms and patched's 1.5 ms, accept length 2.9; the stack
+    # trace is not timed by the bench
+    # and its GPU busy time over base's forward: 1000 / 5800
+    assert rows == [
+        f"| [{STEM}](r/{STEM}.md) | NVIDIA H200 | small | default | chain (topk 1) | base "
+        "| 5800.0 | 1000.0 | 82.8 | 0.172 |",
+        f"| [{STEM}](r/{STEM}.md) | NVIDIA H200 | small | default | chain (topk 1) | 0001-0012 "
+        "| 4350.0 | 1000.0 | 77.0 | 0.172 |"]
+    assert "| 82.8 |" in report.results_page(_current(tmp_path, data, kind="idle"), str(tmp_path))
