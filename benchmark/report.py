@@ -249,11 +249,21 @@ def bench_forward_us(data, p, variant=None):
     return None
 
 
+def busy_over(p, forward_us):
+    """A trace's GPU busy time over a bench-timed forward, or None."""
+    busy = p.get("gpu_busy_us_per_step")
+    return busy / forward_us if forward_us and busy is not None else None
+
+
+def idle_percent(busy_share):
+    """100 × (1 − a busy share), to a tenth: the GPU's idle share in percent."""
+    return None if busy_share is None else round(100 * (1 - busy_share), 1)
+
+
 def bench_idle_share(data, p):
     """The GPU's idle time as a share of the bench-timed forward
     (`bench_forward_us`), in percent: 100 × (1 − GPU busy / forward)."""
-    forward, busy = bench_forward_us(data, p), p.get("gpu_busy_us_per_step")
-    return round(100 * (1 - busy / forward), 1) if forward and busy is not None else None
+    return idle_percent(busy_over(p, bench_forward_us(data, p)))
 
 
 # how many of a stack trace's frames "Where the GPU waited" lists
@@ -264,8 +274,9 @@ def profiles_section(data):
     rows = []
     for p in data["profiles"]:
         gaps = (p.get("idle_gaps") or {}).get(">=50us", {}).get("idle_us_per_step")
+        forward = bench_forward_us(data, p)
         rows.append([setting(p), trace_kind(p)] + [p.get(k) for _, k in PROFILE_COLUMNS[:7]]
-                    + [idle_share(p), gaps, bench_forward_us(data, p), bench_idle_share(data, p)]
+                    + [idle_share(p), gaps, forward, idle_percent(busy_over(p, forward))]
                     + [p.get(k) for _, k in PROFILE_COLUMNS[7:]])
     header = (["setting", "trace"] + [h for h, _ in PROFILE_COLUMNS[:7]]
               + ["GPU idle %", "idle in gaps ≥ 50 µs", "bench forward µs",
@@ -747,22 +758,18 @@ def idle_table(setting, results_dir, link_dir):
             forward = bench_forward_us(data, p)
             if forward is None:
                 continue
+            floor = busy_over(p, bench_forward_us(data, p, "base"))
             rows.append([f"[{name}]({link_dir}/{name}.md)", data["card"],
                          data.get("model_preset"), p.get("attention_backend"),
                          p.get("spec_params") or ("chain (topk 1)" if p.get("speculative")
                                                           in ("EAGLE3", "EAGLE") else None),
                          labels.get(p["variant"], p["variant"]), forward,
-                         round(p.get("gpu_busy_us_per_step") or 0, 1), bench_idle_share(data, p),
-                         busy_over(p, bench_forward_us(data, p, "base"))])
+                         round(p.get("gpu_busy_us_per_step") or 0, 1),
+                         idle_percent(busy_over(p, forward)),
+                         None if floor is None else round(floor, 3)])
     return table(["results", "card", "model", "attention backend", "EAGLE tree (steps/topk/tokens)",
                   "build", "bench forward µs", "GPU busy µs", "GPU idle %",
                   "GPU busy / base's forward"], rows)
-
-
-def busy_over(p, forward_us):
-    """A trace's GPU busy time over a bench-timed forward, or None."""
-    busy = p.get("gpu_busy_us_per_step")
-    return round(busy / forward_us, 3) if forward_us and busy is not None else None
 
 
 def reproduction(setting, results_dir):
