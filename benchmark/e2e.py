@@ -182,6 +182,9 @@ def build_parser():
                    "check through it, an idle pause, a last greedy check -> \"faults\"")
     r.add_argument("--fault-clients", type=int,
                    help="storm clients: a third cut, a third aborted, a third complete")
+    r.add_argument("--fault-grammar-clients", type=int,
+                   help="storm clients beside those: each generates under a regex that "
+                   "only one token sequence meets, checked (benchmark/faults.py)")
     r.add_argument("--fault-idle-s", type=float,
                    help="idle pause after the storm (sglang's idle self-check)")
     r.add_argument("--fault-new-tokens", type=int,

@@ -9,7 +9,14 @@ request bounded by the storm's deadline:
   0.05-2 s (a client that goes away mid-stream);
 - "abort": a long generation with a known rid, aborted by POST
   /abort_request {"rid": ...} after a random 0.05-2 s;
-- "complete": a streamed long generation read to its end.
+- "complete": a streamed long generation read to its end;
+- "grammar" (only with --fault-grammar-clients N): a generation under a
+  regex only one sequence of tokens meets, GRAMMAR_TOKENS repeated
+  GRAMMAR_REPEATS times and then EOS; each step allows one token, so a
+  scheduler that builds a step's vocab mask before the grammar holds the
+  previous step's tokens lets the wrong token through, and sglang aborts
+  the request ("Tokens not accepted"). A grammar client that completes with
+  any other output, or is aborted, is an error.
 Per streamed request the time to its first byte (the first token); over the
 storm the longest time without a request's response ending (from the
 storm's start) and the longest time in which no storm client got a byte
@@ -35,6 +42,24 @@ import time
 import greedy
 
 KINDS = ("cut", "abort", "complete")
+# The synthetic models' tokenizer (benchmark/models/make_models.py) names id
+# i "t<i>" (ids 0-2 are unk, bos and eos), so the regex below is met by these
+# ids in this order only. A step of EAGLE drafts tokens that are none of
+# them: the grammar's mask refuses most drafts at every verify.
+GRAMMAR_TOKENS = (4, 5, 6)
+GRAMMAR_REPEATS = 20
+EOS_ID = 2
+
+
+def grammar_regex():
+    return "(" + "".join(f"t{t}" for t in GRAMMAR_TOKENS) + "){%d}" % GRAMMAR_REPEATS
+
+
+def grammar_output():
+    """The only output the grammar allows, EOS left out."""
+    return list(GRAMMAR_TOKENS) * GRAMMAR_REPEATS
+
+
 # sglang 0.5.12.post1, Scheduler (srt/managers/scheduler.py), when a decode
 # batch does not fit the KV pool:
 #   "KV cache pool is full. Retract requests. #retracted_reqs: N, ..."
@@ -58,21 +83,28 @@ class Client:
         self.abort_sent = False
 
     def payload(self, fake_bootstrap):
-        p = {"input_ids": self.prompt, "rid": self.rid,
-             "sampling_params": {"temperature": 0.0, "max_new_tokens": self.new_tokens,
-                                 "ignore_eos": True},
-             "stream": self.kind != "abort"}
+        if self.kind == "grammar":  # ends at the grammar's EOS, well before the limit
+            params = {"temperature": 0.0, "max_new_tokens": len(grammar_output()) + 8,
+                      "regex": grammar_regex()}
+        else:
+            params = {"temperature": 0.0, "max_new_tokens": self.new_tokens,
+                      "ignore_eos": True}
+        p = {"input_ids": self.prompt, "rid": self.rid, "sampling_params": params,
+             "stream": self.kind not in ("abort", "grammar")}
         if fake_bootstrap:
             p["bootstrap_host"] = greedy.FAKE_BOOTSTRAP_HOST
         return p
 
 
-def make_clients(n, vocab, new_tokens, seed):
+def make_clients(n, vocab, new_tokens, seed, grammar=0):
+    """n clients of the three kinds in turn, then `grammar` grammar clients."""
     rng = random.Random(seed)
-    prompts = greedy.make_prompts(n, vocab, seed=seed + 1000)
-    width = len(str(max(n - 1, 0)))  # one length: no rid is a prefix of another
-    return [Client(i, KINDS[i % 3], prompts[i], new_tokens, rng.uniform(0.05, 2.0),
-                   f"sglpatch-fault-{seed}-{i:0{width}d}") for i in range(n)]
+    total = n + grammar
+    prompts = greedy.make_prompts(total, vocab, seed=seed + 1000)
+    width = len(str(max(total - 1, 0)))  # one length: no rid is a prefix of another
+    return [Client(i, KINDS[i % 3] if i < n else "grammar", prompts[i], new_tokens,
+                   rng.uniform(0.05, 2.0), f"sglpatch-fault-{seed}-{i:0{width}d}")
+            for i in range(total)]
 
 
 def _connect(port, client, fake_bootstrap, timeout):
@@ -198,9 +230,40 @@ def _aborted(port, c, fake_bootstrap, deadline):
         raise RuntimeError(f"HTTP {resp.status}: {body[:300]!r}")
 
 
-def _run_client(port, c, fake_bootstrap, deadline):
+def grammar_outcome(status, body):
+    """"completed" for the grammar's own output, or RuntimeError."""
+    if status != 200:
+        raise RuntimeError(f"HTTP {status}: {body[:300]!r}")
+    out = json.loads(body)
+    fin = (out.get("meta_info") or {}).get("finish_reason") or {}
+    if fin.get("type") == "abort":
+        raise RuntimeError(f"finished by an abort: {str(fin.get('message'))[:200]}")
+    ids = list(out.get("output_ids") or [])
+    if ids and ids[-1] == EOS_ID:
+        ids.pop()
+    want = grammar_output()
+    if ids != want:
+        at = next((k for k, (a, b) in enumerate(zip(ids, want)) if a != b),
+                  min(len(ids), len(want)))
+        raise RuntimeError(f"output leaves the grammar at token {at} of {len(ids)} "
+                           f"({ids[at:at + 4]}, finish {fin.get('type')})")
+    return "completed"
+
+
+def _grammar(port, c, fake_bootstrap, deadline):
+    conn, _, resp = _connect(port, c, fake_bootstrap, max(deadline - time.time(), 0.1))
     try:
-        (_aborted if c.kind == "abort" else _stream)(port, c, fake_bootstrap, deadline)
+        body = resp.read()
+        c.end_t = time.time()
+    finally:
+        conn.close()
+    c.outcome = grammar_outcome(resp.status, body)
+
+
+def _run_client(port, c, fake_bootstrap, deadline):
+    run = {"abort": _aborted, "grammar": _grammar}.get(c.kind, _stream)
+    try:
+        run(port, c, fake_bootstrap, deadline)
     except Exception as e:
         c.outcome = "error"
         c.error = c.error or f"{c.kind} #{c.i}: {type(e).__name__}: {e}"[:300]
@@ -277,6 +340,8 @@ def storm(port, clients, deadline_s, fake_bootstrap=False, loads=True):
         "disconnected": sum(c.outcome == "disconnected" for c in clients),
         "aborted": sum(c.outcome == "aborted" for c in clients),
         "abort_requests_sent": sum(c.abort_sent for c in clients),
+        "grammar_clients": sum(c.kind == "grammar" for c in clients),
+        "grammar_exact": sum(c.kind == "grammar" and c.outcome == "completed" for c in clients),
         "errors": len(errors),
         "error_messages": errors[:5],
         "storm_s": round(t_end - t0, 3),

@@ -66,6 +66,7 @@ class RunOptions:
     # --faults
     faults: bool = False
     fault_clients: int = 64
+    fault_grammar_clients: int = 0
     fault_idle_s: float = 20.0
     fault_new_tokens: int = 1024
     fault_deadline_s: float = 180.0

@@ -414,8 +414,18 @@ FAULT_COLUMNS = (
 )
 
 
+# shown where a storm had grammar clients (e2e.py run --fault-grammar-clients)
+GRAMMAR_COLUMNS = (("grammar clients", "grammar_clients"), ("grammar exact", "grammar_exact"))
+
+
 def faults_section(data):
-    rows = [[setting(f)] + [f.get(k) for _, k in FAULT_COLUMNS] for f in data["faults"]]
+    cols, grammar = FAULT_COLUMNS, ""
+    if any(f.get("grammar_clients") for f in data["faults"]):
+        cols = cols[:5] + GRAMMAR_COLUMNS + cols[5:]
+        grammar = (" Grammar clients generate under a regex that one token sequence meets "
+                   "(they count in completed or errors too); exact = those that completed "
+                   "with it.")
+    rows = [[setting(f)] + [f.get(k) for _, k in cols] for f in data["faults"]]
     out = ["## Load and faults", "",
            "Per server (`--faults`): a storm of clients (a third cut mid-stream, a third "
            "aborted by rid, a third complete) with a greedy check through it, then an idle "
@@ -423,8 +433,8 @@ def faults_section(data):
            "chain; max silence = longest time without a storm response ending; max output "
            "gap = longest time no storm client got a byte from the server; TTFB = a "
            "streamed request's time to its first byte; loads unanswered = polls of "
-           "/v1/loads (one a second) the scheduler did not answer.", "",
-           table(["setting"] + [h for h, _ in FAULT_COLUMNS], rows)]
+           "/v1/loads (one a second) the scheduler did not answer." + grammar, "",
+           table(["setting"] + [h for h, _ in cols], rows)]
     msgs = [f"{setting(f)}: {m}" for f in data["faults"]
             for m in f.get("error_messages", []) + f.get("greedy_errors", [])]
     if msgs:

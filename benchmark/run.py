@@ -314,6 +314,7 @@ def member_command(opts: RunOptions, m, target, draft, port):
                           mem_fraction=opts.mem_fraction_static,
                           max_total_tokens=opts.max_total_tokens,
                           token_map=opts.token_map,
+                          grammar=opts.faults and opts.fault_grammar_clients > 0,
                           extra=server_extra_args(opts), dp=opts.dp,
                           dp_attention=opts.enable_dp_attention)
 
@@ -537,9 +538,11 @@ def greedy_off_chain(st, opts: RunOptions, m, what):
 
 
 def fault_check(st, opts: RunOptions, m, vocab):
-    """--faults: a storm of clients (cut, aborted, complete) with a greedy
-    check running through it, an idle pause, a last greedy check, liveness."""
-    clients = faults.make_clients(opts.fault_clients, vocab, opts.fault_new_tokens, opts.seed)
+    """--faults: a storm of clients (cut, aborted, complete; grammar ones
+    with --fault-grammar-clients) with a greedy check running through it, an
+    idle pause, a last greedy check, liveness."""
+    clients = faults.make_clients(opts.fault_clients, vocab, opts.fault_new_tokens, opts.seed,
+                                  grammar=opts.fault_grammar_clients)
     t0 = time.time()
     out = {}
     th = threading.Thread(target=lambda: out.update(faults.storm(
@@ -552,7 +555,8 @@ def fault_check(st, opts: RunOptions, m, vocab):
     if not out:
         out = {"clients": len(clients), "errors": 1, "error_messages": ["storm did not end"]}
     st.log(f"  {m.tag}: fault storm {out.get('storm_s')}s: completed {out.get('completed')}, "
-           f"disconnected {out.get('disconnected')}, aborted {out.get('aborted')}, errors "
+           f"disconnected {out.get('disconnected')}, aborted {out.get('aborted')}, grammar "
+           f"exact {out.get('grammar_exact')} of {out.get('grammar_clients')}, errors "
            f"{out.get('errors')}, max silence {out.get('max_silence_s')}s, max output gap "
            f"{out.get('max_output_gap_s')}s at {out.get('output_gap_window_s')}, max ttfb "
            f"{out.get('max_ttfb_s')}s, /v1/loads slowest {out.get('loads_max_answer_s')}s "

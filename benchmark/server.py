@@ -75,18 +75,21 @@ def eagle_draft(draft):
 def server_command(python, target, draft, port, attention_backend, speculative,
                    overlap, piecewise, tp=1, spec_steps=3, topk=1, draft_tokens=4,
                    mem_fraction=None, max_total_tokens=None, extra=(), dp=1,
-                   dp_attention=False, token_map=False):
+                   dp_attention=False, token_map=False, grammar=False):
     """The launch_server command of one server. `speculative`: EAGLE3,
     EAGLE (the EAGLE draft beside `draft`, eagle_draft) or none; token_map:
-    with EAGLE, FR-Spec (--speculative-token-map, the draft's hot tokens)."""
+    with EAGLE, FR-Spec (--speculative-token-map, the draft's hot tokens);
+    grammar: the xgrammar backend, for requests with a regex (the 0.5.12.post1
+    kit carries xgrammar; the others, but 0.5.17's, do not)."""
     cmd = [python, "-m", "sglang.launch_server", "--model-path", target,
            "--host", "127.0.0.1", "--port", str(port), "--tp", str(tp),
            # "default": no flag, the backend sglang picks (fa3 on Hopper for
            # these Llama-style models with EAGLE topk 1, flashinfer elsewhere)
            *(() if attention_backend == DEFAULT_BACKEND else
              ("--attention-backend", attention_backend)),
-           # offline kit: no xgrammar, and the pytorch sampler needs no JIT
-           "--sampling-backend", "pytorch", "--grammar-backend", "none",
+           # the pytorch sampler needs no JIT; no grammar backend unless asked
+           "--sampling-backend", "pytorch",
+           "--grammar-backend", "xgrammar" if grammar else "none",
            "--dtype", "bfloat16", "--random-seed", "0",
            # concurrency <= 32 in the benchmark: capture no larger graphs
            "--cuda-graph-max-bs", "32", "--max-running-requests", "48"]

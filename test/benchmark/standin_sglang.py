@@ -16,7 +16,8 @@ lock, like one scheduler); FAKE_STALL_S, the whole server stalls that long
 when the first streamed request arrives; FAKE_START_S, seconds before the
 server starts listening; FAKE_CAPTURE_S, then seconds between the log's
 "Capture cuda graph begin" and "end" lines (FAKE_NO_CAPTURE: no such lines,
-as with --disable-cuda-graph).
+as with --disable-cuda-graph). A request with a "regex" of the storm's
+grammar clients' shape, "(t4t5t6){20}", gets that sequence and EOS.
 """
 
 import contextlib
@@ -71,7 +72,7 @@ def port_block(first=None):
         time.sleep(0.2)  # every block held: wait for one
 
 LAUNCH_SERVER = textwrap.dedent('''
-    import gzip, http.server, json, os, sys, threading, time
+    import gzip, http.server, json, os, re, sys, threading, time
     argv = sys.argv[1:]
     port = int(argv[argv.index("--port") + 1])
     spec = "--speculative-algorithm" in argv
@@ -104,6 +105,10 @@ LAUNCH_SERVER = textwrap.dedent('''
             steps_done[0] += 1
         if token_s:
             time.sleep(token_s)
+
+    def grammar_ids(regex):  # "(t4t5t6){20}" -> [4, 5, 6] * 20
+        group, count = re.fullmatch(r"\\((.*)\\)\\{(\\d+)\\}", regex).groups()
+        return [int(t) for t in re.findall(r"t(\\d+)", group)] * int(count)
 
     stalled = []
 
@@ -161,6 +166,14 @@ LAUNCH_SERVER = textwrap.dedent('''
             k = req["sampling_params"]["max_new_tokens"]
             if req.get("stream"):
                 return self._stream(req, ids, k)
+            regex = req["sampling_params"].get("regex")
+            if regex:
+                out, reason = grammar_ids(regex) + [2], {"type": "stop", "matched": 2}
+                for _ in out:
+                    step()
+                note({"grammar": req.get("rid"), "finish": reason["type"]})
+                return self._send({"output_ids": out, "meta_info": {
+                    "completion_tokens": len(out), "finish_reason": reason}})
             outs = [[] for _ in batch]
             reason = {"type": "length", "length": k}
             running.append(req.get("rid"))

@@ -76,15 +76,23 @@ def test_fault_record_carries_the_truth_counts_of_the_whole_check(tmp_path):
 @pytest.mark.slow
 def test_a_stalled_server_shows_in_silence_and_first_byte(tmp_path):
     # and a disaggregated decode server: every storm request carries the fake
-    # transfer's bootstrap host, the greedy prompts are checked on their own chain
+    # transfer's bootstrap host, the greedy prompts are checked on their own chain;
+    # two grammar clients beside the storm get the grammar's one sequence
     events, data = run_e2e(tmp_path, *FAULTS, "--disaggregation-decode",
+                           "--fault-grammar-clients", "2",
                            env={"FAKE_TOKEN_S": "0.01", "FAKE_STALL_S": "1.5"},
                            token_map=True, variants=("base",))
     assert not data.get("errors")
     hosts = [e["event"]["generate_bootstrap_host"] for e in events
              if isinstance(e["event"], dict) and "generate_bootstrap_host" in e["event"]]
-    assert len(hosts) == 12 + 3 and set(hosts) == {"2.2.2.2"}  # storm + three greedy checks
+    assert len(hosts) == 12 + 2 + 3 and set(hosts) == {"2.2.2.2"}  # storm + greedy checks
     assert data["faults"][0]["disaggregation"] == "decode"
+    grammar = [e["event"] for e in events
+               if isinstance(e["event"], dict) and "grammar" in e["event"]]
+    assert len(grammar) == 2 and {g["finish"] for g in grammar} == {"stop"}
+    f = data["faults"][0]
+    assert (f["clients"], f["grammar_clients"], f["grammar_exact"]) == (14, 2, 2)
+    assert (f["completed"], f["disconnected"], f["aborted"]) == (4 + 2, 4, 4)
     stalls = collections.Counter(e["port"] for e in events if e["event"] == "stall")
     assert list(stalls.values()) == [1]  # once, at the storm's first stream
     for f in data["faults"]:
@@ -123,10 +131,56 @@ def test_max_gap():
 def test_no_storm_rid_is_a_prefix_of_another():
     # sglang 0.5.12.post1 Scheduler.abort_request: req.rid.startswith(recv_req.rid);
     # "...-1" would abort "...-10" to "...-19" as well
-    for n in (12, 64, 1000):
-        rids = [c.rid for c in faults.make_clients(n, 50, 8, seed=1)]
-        assert len(set(rids)) == n
+    for n, grammar in ((12, 0), (64, 0), (1000, 0), (8, 2)):
+        rids = [c.rid for c in faults.make_clients(n, 50, 8, seed=1, grammar=grammar)]
+        assert len(set(rids)) == n + grammar
         assert not [(a, b) for a in rids for b in rids if a != b and b.startswith(a)]
+
+
+def test_grammar_clients_come_after_the_storms_kinds_and_ask_for_the_regex():
+    clients = faults.make_clients(6, 50, 300, seed=1, grammar=2)
+    assert [c.kind for c in clients] == ["cut", "abort", "complete"] * 2 + ["grammar"] * 2
+    p = clients[-1].payload(fake_bootstrap=False)
+    assert p["stream"] is False and "ignore_eos" not in p["sampling_params"]
+    assert p["sampling_params"]["regex"] == "(t4t5t6){20}"
+    assert p["sampling_params"]["max_new_tokens"] > len(faults.grammar_output())
+    assert clients[0].payload(False)["sampling_params"]["ignore_eos"] is True
+
+
+def test_the_regex_is_met_by_the_synthetic_tokenizers_ids_in_order(tmp_path):
+    # make_models.py's tokenizer: the ids the regex names, and its EOS
+    import json
+
+    sys.path.insert(0, os.path.join(REPO, "benchmark", "models"))
+    import make_models
+
+    make_models.write_tokenizer(str(tmp_path), 64)
+    vocab = json.loads((tmp_path / "tokenizer.json").read_text())["model"]["vocab"]
+    names = [f"t{t}" for t in faults.GRAMMAR_TOKENS]
+    assert [vocab[n] for n in names] == list(faults.GRAMMAR_TOKENS)
+    assert vocab["</s>"] == faults.EOS_ID
+    assert faults.grammar_regex() == "(" + "".join(names) + "){%d}" % faults.GRAMMAR_REPEATS
+
+
+def test_a_grammar_client_completes_only_with_the_grammars_sequence():
+    import json
+
+    def body(ids, fin):
+        return json.dumps({"output_ids": ids, "meta_info": {"finish_reason": fin}}).encode()
+
+    want = faults.grammar_output()
+    stop = {"type": "stop", "matched": 2}
+    assert faults.grammar_outcome(200, body(want + [2], stop)) == "completed"
+    assert faults.grammar_outcome(200, body(want, stop)) == "completed"
+    with pytest.raises(RuntimeError, match="finished by an abort: Tokens not accepted"):
+        faults.grammar_outcome(200, body(want[:3], {"type": "abort",
+                                                    "message": "Tokens not accepted: 7"}))
+    with pytest.raises(RuntimeError, match="leaves the grammar at token 4 of 60"):
+        faults.grammar_outcome(200, body(want[:4] + [9] + want[5:], stop))
+    with pytest.raises(RuntimeError, match="at token 30 of 30"):
+        faults.grammar_outcome(200, body(want[:30], {"type": "length", "length": 30}))
+    with pytest.raises(RuntimeError, match="HTTP 400"):
+        faults.grammar_outcome(400, b"bad regex")
 
 
 def test_a_stream_is_completed_only_by_a_finish_that_is_not_an_abort():
@@ -178,6 +232,32 @@ def test_fault_records_validate_pool_and_render():
     page = report.render(pooled, "x.json")
     assert "## Load and faults" in page and "| patched EAGLE3 triton pcg tp2 | 64 | 21 | 22 |" in page
     assert "cut #3: TimeoutError: x" in page
+    assert "grammar exact" not in page  # no grammar clients: no such columns
+    with_grammar = dict(data, faults=[dict(FAULT, clients=66, grammar_clients=2,
+                                           grammar_exact=1)])
+    page = report.render(with_grammar, "x.json")
+    assert "| patched EAGLE3 triton pcg tp2 | 66 | 21 | 22 | 21 | 1 | 2 | 1 | 0 |" in page
     bad = dict(data, faults=[dict(FAULT, alive="yes")])
     with pytest.raises(ValueError, match="alive"):
         results.validate(bad)
+
+
+def test_servers_of_a_storm_with_grammar_clients_get_the_grammar_backend():
+    import run
+    from options import RunOptions
+    from server import server_command
+
+    base = dict(python="python3", target="T", draft="D", port=30000,
+                attention_backend="default", speculative="EAGLE3", overlap=True,
+                piecewise=True)
+
+    def backend(cmd):
+        return cmd[cmd.index("--grammar-backend") + 1]
+
+    assert backend(server_command(**base)) == "none"
+    assert backend(server_command(grammar=True, **base)) == "xgrammar"
+    m = run.Member("patched", {}, "default", True, "EAGLE3", True)
+    for opts, want in ((RunOptions(faults=True, fault_grammar_clients=4), "xgrammar"),
+                       (RunOptions(faults=True), "none"),
+                       (RunOptions(fault_grammar_clients=4), "none")):  # no storm
+        assert backend(run.member_command(opts, m, "T", "D", 30000)) == want
