@@ -421,7 +421,8 @@ GRAMMAR_COLUMNS = (("grammar clients", "grammar_clients"), ("grammar exact", "gr
 def faults_section(data):
     cols, grammar = FAULT_COLUMNS, ""
     if any(f.get("grammar_clients") for f in data["faults"]):
-        cols = cols[:5] + GRAMMAR_COLUMNS + cols[5:]
+        after = [k for _, k in cols].index("errors") + 1  # beside the outcome counts
+        cols = cols[:after] + GRAMMAR_COLUMNS + cols[after:]
         grammar = (" Grammar clients generate under a regex that one token sequence meets "
                    "(they count in completed or errors too); exact = those that completed "
                    "with it.")
