@@ -7,13 +7,18 @@ reused, and the FutureMap rows a finished request's last forward still
 relays into. Each overlap loop (plain, disaggregated decode, disaggregated
 prefill) makes the schedule stream wait for the forward stream at the top of
 every iteration, and the disaggregated decode seeds a prebuilt batch's relay
-rows only after such a wait. Streams are recording fakes (no GPU); the loops
-run two iterations and stop.
+rows only after such a wait. Where the barrier is off (off CUDA by default)
+the schedule orders itself on the host instead: the seed waits for the
+forward stream, and resolving a spec v2 batch's relayed lengths waits for
+its publish, where 0.5.12.post1 waited on verify_done. Streams and events
+are recording fakes (no GPU); the loops run two iterations and stop.
 """
 
 import unittest
 from types import SimpleNamespace
 from unittest import mock
+
+import torch
 
 from sglang.test.ci.ci_register import register_cpu_ci
 from sglang.test.test_utils import CustomTestCase, maybe_stub_sgl_kernel
@@ -23,10 +28,16 @@ maybe_stub_sgl_kernel()
 
 from sglang.srt.disaggregation import decode as disagg_decode  # noqa: E402
 from sglang.srt.managers import scheduler as scheduler_module  # noqa: E402
-from sglang.srt.managers.scheduler import Scheduler, war_barrier_enabled  # noqa: E402
+from sglang.srt.managers.overlap_utils import FutureMap  # noqa: E402
+from sglang.srt.managers.scheduler import (  # noqa: E402
+    Scheduler,
+    host_orders_schedule,
+    war_barrier_enabled,
+)
 from sglang.srt.speculative.spec_info import SpeculativeAlgorithm  # noqa: E402
 
 BARRIER = "schedule.wait_stream(forward)"
+HOST_WAIT = "forward.synchronize()"
 
 
 class _Stop(Exception):
@@ -39,6 +50,12 @@ class _Stream:
 
     def wait_stream(self, other):
         self.log.append(f"{self.name}.wait_stream({other.name})")
+
+    def wait_event(self, event):
+        self.log.append(f"{self.name}.wait_event({event.name})")
+
+    def synchronize(self):
+        self.log.append(f"{self.name}.synchronize()")
 
 
 def _scheduler(log, iterations=2):
@@ -123,9 +140,12 @@ class TestOverlapLoopsWaitForTheForward(CustomTestCase):
 
 
 class TestPrebuiltSeedWaitsForTheForward(CustomTestCase):
-    def test_process_prebuilt_runs_after_a_wait(self):
+    def _seed(self, barrier, host_orders):
+        """The calls of get_new_prebuilt_batch for one waiting request."""
         log = []
         sched = _scheduler(log)
+        sched._war_barrier_enabled = barrier
+        sched._host_orders_schedule = host_orders
         req = SimpleNamespace(
             init_next_round_input=lambda tree_cache: None, kv_committed_len=None
         )
@@ -149,8 +169,24 @@ class TestPrebuiltSeedWaitsForTheForward(CustomTestCase):
             disagg_decode.ScheduleBatch, "init_new", return_value=batch
         ), mock.patch.object(disagg_decode, "set_time_batch"):
             self.assertIs(sched.get_new_prebuilt_batch(), batch)
+        return log
+
+    def test_process_prebuilt_runs_after_a_wait(self):
+        log = self._seed(barrier=True, host_orders=False)
         self.assertIn(BARRIER, log)
         self.assertLess(log.index(BARRIER), log.index("process_prebuilt"))
+        self.assertNotIn(HOST_WAIT, log)
+
+    def test_without_the_barrier_the_seed_waits_on_the_host(self):
+        log = self._seed(barrier=False, host_orders=True)
+        self.assertNotIn(BARRIER, log)
+        self.assertEqual(log.count(HOST_WAIT), 1)
+        self.assertLess(log.index(HOST_WAIT), log.index("process_prebuilt"))
+
+    def test_without_overlap_the_seed_does_not_wait(self):
+        log = self._seed(barrier=False, host_orders=False)
+        self.assertNotIn(BARRIER, log)
+        self.assertNotIn(HOST_WAIT, log)
 
 
 class TestWhenTheBarrierIsOn(CustomTestCase):
@@ -170,6 +206,100 @@ class TestWhenTheBarrierIsOn(CustomTestCase):
                     scheduler_module, "is_cuda", return_value=cuda
                 ), mock.patch.dict("os.environ", env):
                     self.assertEqual(war_barrier_enabled(overlap, algo), expected)
+
+
+class TestWhereTheHostOrdersTheSchedule(CustomTestCase):
+    def test_truth_table(self):
+        eagle = SpeculativeAlgorithm.EAGLE3
+        for overlap, algo, cuda, forced, expected in (
+            (True, eagle, True, False, False),  # the barrier orders it
+            (True, SpeculativeAlgorithm.NONE, True, False, False),
+            (True, eagle, False, False, True),  # off CUDA by default
+            (True, SpeculativeAlgorithm.NONE, False, False, True),
+            (True, eagle, False, True, False),  # SGLANG_ENABLE_WAR_BARRIER
+            (False, eagle, False, False, False),  # no overlap: one stream
+            (True, SpeculativeAlgorithm.DFLASH, False, False, False),
+        ):
+            with self.subTest(overlap=overlap, algo=algo, cuda=cuda, forced=forced):
+                env = {"SGLANG_ENABLE_WAR_BARRIER": "1"} if forced else {}
+                with mock.patch.object(
+                    scheduler_module, "is_cuda", return_value=cuda
+                ), mock.patch.dict("os.environ", env):
+                    self.assertEqual(host_orders_schedule(overlap, algo), expected)
+
+    def test_the_event_loop_tells_the_relay(self):
+        for cuda in (True, False):
+            with self.subTest(cuda=cuda):
+                log = []
+                sched = Scheduler.__new__(Scheduler)
+                sched.device, sched.enable_overlap = "cuda", True
+                sched.spec_algorithm = SpeculativeAlgorithm.EAGLE3
+                sched.future_map = SimpleNamespace()
+                sched.device_module = SimpleNamespace(
+                    Stream=lambda priority: _Stream("schedule", log),
+                    StreamContext=lambda stream: mock.MagicMock(),
+                )
+                with mock.patch.object(
+                    scheduler_module, "is_cuda", return_value=cuda
+                ), mock.patch.object(
+                    scheduler_module, "use_mlx", return_value=False
+                ), mock.patch.object(
+                    scheduler_module, "dispatch_event_loop"
+                ) as dispatch:
+                    sched.run_event_loop()
+                dispatch.assert_called_once_with(sched)
+                self.assertEqual(sched._war_barrier_enabled, cuda)
+                self.assertEqual(sched._host_orders_schedule, not cuda)
+                self.assertEqual(sched.future_map.host_waits_for_publish, not cuda)
+
+
+class _Event:
+    def __init__(self, name, log):
+        self.name, self.log = name, log
+
+    def synchronize(self):
+        self.log.append(f"{self.name}.synchronize()")
+
+
+class TestResolveWaitsForThePublishOnTheHost(CustomTestCase):
+    def _resolve(self, host_waits, needs_cpu_seq_lens):
+        log = []
+        fmap = object.__new__(FutureMap)
+        stream = _Stream("schedule", log)
+        fmap.device_module = SimpleNamespace(current_stream=lambda: stream)
+        fmap.new_seq_lens_buf = torch.tensor([0, 7, 9, 4])
+        fmap.needs_cpu_seq_lens = needs_cpu_seq_lens
+        fmap.seq_lens_copy_stream = None
+        fmap.host_waits_for_publish = host_waits
+        fi = SimpleNamespace(
+            seq_lens_pending=True,
+            indices=torch.tensor([2, 1]),
+            publish_events=[_Event("publish", log)],
+        )
+        batch = SimpleNamespace(
+            spec_info=SimpleNamespace(future_indices=fi), req_pool_indices_cpu=None
+        )
+        fmap.resolve_seq_lens_cpu(batch)
+        self.assertEqual(batch.seq_lens.tolist(), [9, 7])
+        return log, batch
+
+    def test_off_cuda_the_resolve_waits_for_the_verify(self):
+        # With the pull skipped (Triton) as with it kept.
+        for needs in (False, True):
+            with self.subTest(needs_cpu_seq_lens=needs):
+                log, batch = self._resolve(host_waits=True, needs_cpu_seq_lens=needs)
+                self.assertEqual(
+                    log, ["schedule.wait_event(publish)", "publish.synchronize()"]
+                )
+                if needs:
+                    self.assertEqual(batch.seq_lens_cpu.tolist(), [9, 7])
+                else:
+                    self.assertIsNone(batch.seq_lens_cpu)
+
+    def test_with_the_barrier_the_resolve_only_waits_on_the_stream(self):
+        log, batch = self._resolve(host_waits=False, needs_cpu_seq_lens=False)
+        self.assertEqual(log, ["schedule.wait_event(publish)"])
+        self.assertIsNone(batch.seq_lens_cpu)
 
 
 if __name__ == "__main__":
