@@ -140,7 +140,7 @@ class TestOverlapLoopsWaitForTheForward(CustomTestCase):
 
 
 class TestPrebuiltSeedWaitsForTheForward(CustomTestCase):
-    def _seed(self, barrier, host_orders):
+    def _seed(self, barrier, host_orders, spec=SpeculativeAlgorithm.EAGLE3):
         """The calls of get_new_prebuilt_batch for one waiting request."""
         log = []
         sched = _scheduler(log)
@@ -159,7 +159,8 @@ class TestPrebuiltSeedWaitsForTheForward(CustomTestCase):
             disaggregation_decode_enable_radix_cache=False
         )
         sched.tree_cache = sched.token_to_kv_pool_allocator = None
-        sched.model_config = sched.enable_overlap = sched.spec_algorithm = None
+        sched.model_config = sched.enable_overlap = None
+        sched.spec_algorithm = spec
         sched.future_map = object()
         batch = SimpleNamespace(
             prepare_for_prebuilt=lambda: log.append("prepare_for_prebuilt"),
@@ -182,6 +183,13 @@ class TestPrebuiltSeedWaitsForTheForward(CustomTestCase):
         self.assertNotIn(BARRIER, log)
         self.assertEqual(log.count(HOST_WAIT), 1)
         self.assertLess(log.index(HOST_WAIT), log.index("process_prebuilt"))
+
+    def test_a_batch_that_seeds_no_relay_row_does_not_wait(self):
+        log = self._seed(
+            barrier=False, host_orders=True, spec=SpeculativeAlgorithm.NONE
+        )
+        self.assertNotIn(HOST_WAIT, log)
+        self.assertIn("process_prebuilt", log)
 
     def test_without_overlap_the_seed_does_not_wait(self):
         log = self._seed(barrier=False, host_orders=False)
@@ -251,6 +259,48 @@ class TestWhereTheHostOrdersTheSchedule(CustomTestCase):
                 self.assertEqual(sched._war_barrier_enabled, cuda)
                 self.assertEqual(sched._host_orders_schedule, not cuda)
                 self.assertEqual(sched.future_map.host_waits_for_publish, not cuda)
+
+
+class TestPreemptionWaitsForTheVerify(CustomTestCase):
+    def _schedule(self, host_orders):
+        """The calls of a prefill schedule whose one waiting request finds the
+        running batch full and tries to preempt it."""
+        log = []
+        sched = Scheduler.__new__(Scheduler)
+        sched._host_orders_schedule = host_orders
+        sched.grammar_manager = SimpleNamespace(has_waiting_grammars=lambda: False)
+        sched.enable_hierarchical_cache = sched.is_hybrid_swa = False
+        sched.enable_priority_preemption = True
+        sched.running_batch = SimpleNamespace(batch_is_full=False, reqs=[None] * 4)
+        sched.waiting_queue = [SimpleNamespace(rid="new")]
+        sched.chunked_req = None
+        sched.get_num_allocatable_reqs = lambda running_bs: 0
+        sched.policy = SimpleNamespace(calc_priority=lambda *args: None)
+        sched.chunked_prefill_size = 256
+        sched.enable_dynamic_chunking = sched.is_mixed_chunk = False
+        sched.enable_lora = False
+        sched.disaggregation_mode = scheduler_module.DisaggregationMode.NULL
+        for name in ("page_size", "tree_cache", "token_to_kv_pool_allocator",
+                     "new_token_ratio", "max_prefill_tokens", "max_prefill_bs",
+                     "priority_scheduling_preemption_threshold",
+                     "max_running_requests", "dllm_config"):
+            setattr(sched, name, None)
+        sched.server_args = SimpleNamespace(prefill_max_requests=None)
+        sched.resolve_seq_lens_cpu = lambda batch: log.append(
+            "resolve running" if batch is sched.running_batch else "resolve other")
+        adder = SimpleNamespace(
+            can_run_list=[], new_chunked_req=None,
+            preempt_to_schedule=lambda req, args: log.append("preempt") and False,
+        )
+        with mock.patch.object(scheduler_module, "PrefillAdder", return_value=adder):
+            self.assertIsNone(sched._get_new_batch_prefill_raw(None))
+        return log
+
+    def test_off_cuda_the_running_batch_is_resolved_before_preemption(self):
+        self.assertEqual(self._schedule(host_orders=True), ["resolve running", "preempt"])
+
+    def test_with_the_barrier_preemption_is_unchanged(self):
+        self.assertEqual(self._schedule(host_orders=False), ["preempt"])
 
 
 class _Event:
