@@ -208,12 +208,19 @@ class TestWhenTheBarrierIsOn(CustomTestCase):
             (True, eagle, False, False, False),  # off CUDA by default
             (True, eagle, False, True, True),  # SGLANG_ENABLE_WAR_BARRIER
         ):
-            with self.subTest(overlap=overlap, algo=algo, cuda=cuda, forced=forced):
-                env = {"SGLANG_ENABLE_WAR_BARRIER": "1"} if forced else {}
-                with mock.patch.object(
-                    scheduler_module, "is_cuda", return_value=cuda
-                ), mock.patch.dict("os.environ", env):
-                    self.assertEqual(war_barrier_enabled(overlap, algo), expected)
+            _check_on_device(self, war_barrier_enabled, overlap, algo, cuda, forced,
+                             expected)
+
+
+def _check_on_device(test, decide, overlap, algo, cuda, forced, expected):
+    """decide(overlap, algo) on CUDA or not, with SGLANG_ENABLE_WAR_BARRIER set
+    or not."""
+    with test.subTest(overlap=overlap, algo=algo, cuda=cuda, forced=forced):
+        env = {"SGLANG_ENABLE_WAR_BARRIER": "1"} if forced else {}
+        with mock.patch.object(
+            scheduler_module, "is_cuda", return_value=cuda
+        ), mock.patch.dict("os.environ", env):
+            test.assertEqual(decide(overlap, algo), expected)
 
 
 class TestWhereTheHostOrdersTheSchedule(CustomTestCase):
@@ -228,12 +235,8 @@ class TestWhereTheHostOrdersTheSchedule(CustomTestCase):
             (False, eagle, False, False, False),  # no overlap: one stream
             (True, SpeculativeAlgorithm.DFLASH, False, False, False),
         ):
-            with self.subTest(overlap=overlap, algo=algo, cuda=cuda, forced=forced):
-                env = {"SGLANG_ENABLE_WAR_BARRIER": "1"} if forced else {}
-                with mock.patch.object(
-                    scheduler_module, "is_cuda", return_value=cuda
-                ), mock.patch.dict("os.environ", env):
-                    self.assertEqual(host_orders_schedule(overlap, algo), expected)
+            _check_on_device(self, host_orders_schedule, overlap, algo, cuda, forced,
+                             expected)
 
     def test_the_event_loop_tells_the_relay(self):
         for cuda in (True, False):
