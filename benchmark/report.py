@@ -260,12 +260,6 @@ def idle_percent(busy_share):
     return None if busy_share is None else round(100 * (1 - busy_share), 1)
 
 
-def bench_idle_share(data, p):
-    """The GPU's idle time as a share of the bench-timed forward
-    (`bench_forward_us`), in percent: 100 × (1 − GPU busy / forward)."""
-    return idle_percent(busy_over(p, bench_forward_us(data, p)))
-
-
 # how many of a stack trace's frames "Where the GPU waited" lists
 WAIT_FRAMES = 8
 

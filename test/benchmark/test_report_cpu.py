@@ -462,7 +462,7 @@ def test_bench_times_the_forward_of_a_gpu_trace_at_concurrency_1_and_tp_1():
                      _default_point("patched", [3.0, 3.0], c=8)]}
     trace = _profile("patched", False)
     assert report.bench_forward_us(data, trace) == 5800.0
-    assert report.bench_idle_share(data, trace) == 82.8
+    assert report.idle_percent(report.busy_over(trace, 5800.0)) == 82.8
     # the stack trace's host is slowed; above concurrency 1 other requests'
     # prefills share the TPOT; with TP collectives wait inside busy kernels
     assert report.bench_forward_us(data, _profile("patched", True)) is None
