@@ -55,6 +55,8 @@ NAMES = {
     "layers.attention.base_attn_backend.call_init_forward_metadata_in_graph": None,
     "managers.scheduler.Scheduler._apply_war_barrier": ["self"],
     "managers.scheduler.war_barrier_enabled": None,
+    "managers.scheduler.host_orders_schedule": None,
+    "managers.scheduler.Scheduler._order_prebuilt_seed": None,
     "layers.attention.flashinfer_backend.FlashInferIndicesUpdaterPrefill.can_plan_verify_from_host":
         None,
     "layers.attention.flashinfer_backend.FlashInferIndicesUpdaterPrefill.update_verify_from_host":
@@ -84,6 +86,7 @@ OWN_ATTRIBUTES = {
     "speculative.eagle_info.EagleDraftInput": ["seq_lens_upper_bound"],
     "speculative.eagle_info.EagleVerifyInput": ["seq_lens_upper_bound"],
     "layers.attention.flashattention_backend.FlashAttentionBackend": ["draft_extend_graph_only"],
+    "managers.overlap_utils.FutureMap": ["host_waits_for_publish"],
 }
 
 
