@@ -106,4 +106,3 @@ def _their_tests_pass(tmp_path, site, patches):
 @pytest.mark.parametrize("patch", PATCHES, ids=os.path.basename)
 def test_trial_patch_applies_on_the_series_and_its_tests_pass(patch, tmp_path):
     _their_tests_pass(tmp_path, _site_with(tmp_path, [patch]), [patch])
-
