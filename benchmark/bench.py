@@ -139,4 +139,9 @@ def run_bench(runner, srv, env, opts, target, conc, num_prompts, out_file):
               "accept_length": rec.get("accept_length"),
               "duration_s": rec.get("duration"), "num_prompts": num_prompts,
               "wall_s": round(time.time() - t0, 1)}
+    # where a build's decode steps are faster but its prefills cost the
+    # running requests more, TTFT and the ITL tail show it and TPOT blurs it
+    for key, field in (("ttft_ms", "median_ttft_ms"), ("p99_itl_ms", "p99_itl_ms")):
+        if rec.get(field) is not None:
+            sample[key] = rec[field]
     return sample, "python -m sglang.bench_serving " + " ".join(argv)

@@ -119,11 +119,14 @@ def runs_section(data):
     for r in sorted(data["runs"], key=point_order):
         reps = " / ".join(f"{s['tpot_ms']:.3f}" for s in r.get("samples", []))
         rows.append([setting(r), r["concurrency"], r["tpot_ms_median"], r["tpot_ms_spread"],
-                     reps or None, r["itl_ms_median"], r["output_tok_per_s"],
-                     r["accept_length"], r["repeats"], r.get("duration_s_min"),
+                     reps or None, r["itl_ms_median"], r.get("ttft_ms_median"),
+                     r.get("p99_itl_ms_median"), r["output_tok_per_s"], r["accept_length"],
+                     r["repeats"], r.get("duration_s_min"),
                      ", ".join(r["calls"]) if r.get("calls") else None])
+    # TTFT and P99 ITL: files whose bench recorded them (table() leaves out
+    # a column no row fills)
     header = ["setting", "c", "TPOT ms (median)", "spread", "repeats' TPOT ms", "ITL ms",
-              "out tok/s", "accept len", "n", "shortest s", "calls"]
+              "TTFT ms", "P99 ITL ms", "out tok/s", "accept len", "n", "shortest s", "calls"]
     return ["## Decode latency", "",
             "Median over the repeats of bench_serving's median TPOT; spread = max − min; "
             "c = concurrency; pcg = piecewise CUDA graph.", "", table(header, rows)]

@@ -98,6 +98,9 @@ def summarize_point(samples):
     }
     if durations:  # the shortest repeat: shows whether every one met --min-seconds
         out["duration_s_min"] = round(min(durations), 1)
+    for key in ("ttft_ms", "p99_itl_ms"):  # samples of older harnesses lack them
+        if samples and all(s.get(key) is not None for s in samples):
+            out[key + "_median"] = round(statistics.median(s[key] for s in samples), 4)
     return out
 
 

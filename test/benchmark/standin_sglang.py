@@ -276,7 +276,8 @@ BENCH_SERVING = textwrap.dedent('''
     # TPOT that tells the servers apart: 1 ms a concurrency step, +0.5 on 30000s+10
     tpot = 1.0 + conc + (port % 100) / 20.0
     rec = {"median_tpot_ms": tpot, "median_itl_ms": tpot / 2, "output_throughput": 100.0 * conc,
-           "accept_length": None, "duration": 1.0}
+           "accept_length": None, "duration": 1.0, "median_ttft_ms": 10.0 * conc,
+           "p99_itl_ms": tpot * 4}
     with open(opt("--output-file"), "a") as fh:
         fh.write(json.dumps(rec) + "\\n")
 ''')

@@ -97,6 +97,27 @@ def test_side_by_side_page_pairs_each_repeat_with_base():
     assert "## Paired repeats" not in report.render(data, "x.json")
 
 
+def test_the_latency_table_adds_ttft_and_the_itl_tail_where_the_bench_recorded_them():
+    old = _point("base", [2.0, 4.0], [0, 1])
+    new = _point("patched", [2.0, 3.0], [0, 1])
+    for sample, ttft, tail in zip(new["samples"], (60.0, 80.0), (30.0, 50.0)):
+        sample.update(ttft_ms=ttft, p99_itl_ms=tail)
+    new.update(results.summarize_point(new["samples"]))
+    data = {"card": "GPU", "date": "2026-11-28", "model_preset": "small", "bench": {},
+            "greedy_equivalence": [], "runs": [old, new]}
+    section = "\n".join(report.runs_section(data)).split("\n")
+    header = [c.strip() for c in section[4].strip("|").split("|")]
+    assert header[5:8] == ["ITL ms", "TTFT ms", "P99 ITL ms"]
+    rows = {r.split("|")[1].strip(): [c.strip() for c in r.strip("|").split("|")]
+            for r in section[6:]}
+    assert rows["patched EAGLE3 triton pcg tp2"][6:8] == ["70.0", "40.0"]
+    assert rows["base EAGLE3 triton pcg tp2"][6:8] == ["—", "—"]
+    # a file no sample of which has them: the table as before
+    data["runs"] = [old]
+    header = "\n".join(report.runs_section(data)).split("\n")[4]
+    assert "TTFT" not in header and "P99 ITL" not in header
+
+
 def test_page_pairs_a_trial_patch_with_the_whole_series():
     data = {"card": "GPU", "date": "2026-11-27", "model_preset": "small",
             "bench": {"side_by_side": True, "turn": "alternating"}, "greedy_equivalence": [],

@@ -52,6 +52,17 @@ def test_summarize_without_speculation_has_null_accept_length():
     assert s["accept_length"] is None
 
 
+def test_summarize_gives_ttft_and_itl_tail_only_when_every_repeat_has_them():
+    samples = [{"tpot_ms": 1, "itl_ms": 1, "output_tok_per_s": 1, "accept_length": None,
+                "ttft_ms": t, "p99_itl_ms": p} for t, p in ((60.0, 25.0), (100.0, 50.0),
+                                                          (70.0, 30.0))]
+    s = results.summarize_point(samples)
+    assert s["ttft_ms_median"] == 70.0 and s["p99_itl_ms_median"] == 30.0
+    del samples[1]["ttft_ms"]
+    s = results.summarize_point(samples)
+    assert "ttft_ms_median" not in s and s["p99_itl_ms_median"] == 30.0
+
+
 def test_summarize_reports_shortest_repeat():
     samples = [{"tpot_ms": 1, "itl_ms": 1, "output_tok_per_s": 1, "accept_length": None,
                 "duration_s": d} for d in (12.34, 8.21, 10.0)]

@@ -220,6 +220,9 @@ def test_a_partial_series_is_one_more_server_of_the_comparison(tmp_path):
     assert max(e["t"] for e in ups) < min(e["t"] for e in events if e["event"] == "down")
     names = {r["variant"] for r in data["runs"]}
     assert names == {"base", "patched-through-0004", "upstream-0.5.13"}
+    # the bench's TTFT and ITL tail are kept with each point
+    assert {r["ttft_ms_median"] for r in data["runs"]} == {10.0}
+    assert all(r["p99_itl_ms_median"] == 4 * r["tpot_ms_median"] for r in data["runs"])
     results.validate(data)
     text = "\n".join(report.runs_section(data))
     at = [text.index(f"| {v} ") for v in ("base", "patched-through-0004", "upstream-0.5.13")]
