@@ -127,6 +127,8 @@ def run_bench(runner, srv, env, opts, target, conc, num_prompts, out_file):
             "--random-range-ratio", "1.0", "--num-prompts", str(num_prompts),
             "--max-concurrency", str(conc), "--seed", str(opts.seed),
             "--output-file", out_file, "--disable-tqdm"]
+    if opts.request_body:
+        argv += ["--extra-request-body", opts.request_body]
     srv.reset_spec_counters()  # accept length of this point only
     t0 = time.time()
     rc = runner.run(argv, env, out_file[:-6] + ".log")

@@ -72,6 +72,17 @@ def csv(kind):
     return parse
 
 
+def json_object(s):
+    """A JSON object given on the command line, kept as its canonical text."""
+    try:
+        obj = json.loads(s)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"not JSON: {e}") from None
+    if not isinstance(obj, dict):
+        raise argparse.ArgumentTypeError("not a JSON object")
+    return json.dumps(obj, sort_keys=True)
+
+
 def onoff(s):
     return {"on": True, "off": False, "default": True, "disabled": False}[s]
 
@@ -125,6 +136,10 @@ def build_parser():
     r.add_argument("--input-len", type=int)
     r.add_argument("--output-len", type=int)
     r.add_argument("--seed", type=int, help="bench_serving --seed")
+    r.add_argument("--request-body", type=json_object, metavar="JSON",
+                   help="fields every bench request carries (bench_serving "
+                   "--extra-request-body), e.g. sampling penalties: "
+                   "'{\"frequency_penalty\": 0.5}'; the greedy check is unchanged")
     r.add_argument("--greedy-prompts", type=int)
     r.add_argument("--greedy-new-tokens", type=int)
     r.add_argument("--spec-steps", type=int)

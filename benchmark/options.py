@@ -39,6 +39,7 @@ class RunOptions:
     input_len: int = 256
     output_len: int = 256
     seed: int = 1
+    request_body: str | None = None  # a JSON object: bench_serving --extra-request-body
     bench_runner: str = "worker"  # "worker" | "process"
     no_bench: bool = False
     # the greedy check

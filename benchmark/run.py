@@ -134,6 +134,8 @@ class Run:
                 "bench": {"input_len": self.opts.input_len, "output_len": self.opts.output_len,
                           "min_seconds": self.opts.min_seconds, "seed": self.opts.seed,
                           "dataset": "random-ids", "runner": self.runner.mode,
+                          **({"request_body": json.loads(self.opts.request_body)}
+                             if self.opts.request_body else {}),
                           "side_by_side": self.opts.side_by_side,
                           # the servers' order within each (repeat, c): bench_order
                           "turn": "alternating" if self.opts.side_by_side else None,

@@ -271,6 +271,8 @@ BENCH_SERVING = textwrap.dedent('''
     with open(os.environ["FAKE_JOURNAL"], "a") as fh:
         fh.write(json.dumps({"t": time.time(), "port": port, "event": "bench",
                              "concurrency": conc,
+                             "body": (opt("--extra-request-body")
+                                      if "--extra-request-body" in argv else None),
                              "cpus": sorted(os.sched_getaffinity(0))}) + "\\n")
     time.sleep(0.05)
     # TPOT that tells the servers apart: 1 ms a concurrency step, +0.5 on 30000s+10

@@ -1,0 +1,36 @@
+"""`e2e.py run --request-body JSON`: every bench request carries those
+fields (bench_serving --extra-request-body), e.g. sampling penalties, and
+the results file says so; anything but a JSON object is refused at once."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from standin_sglang import E2E, run_e2e
+
+
+def test_every_bench_request_carries_the_body_and_the_file_names_it(tmp_path):
+    events, data = run_e2e(tmp_path, "--request-body",
+                           '{"frequency_penalty": 0.5, "min_new_tokens": 8}',
+                           variants=("base",))
+    benches = [e for e in events if e["event"] == "bench"]
+    assert benches
+    assert {e["body"] for e in benches} == {'{"frequency_penalty": 0.5, "min_new_tokens": 8}'}
+    assert data["bench"]["request_body"] == {"frequency_penalty": 0.5, "min_new_tokens": 8}
+
+
+def test_without_it_the_requests_and_the_file_are_as_before(tmp_path):
+    events, data = run_e2e(tmp_path, variants=("base",))
+    assert {e["body"] for e in events if e["event"] == "bench"} == {None}
+    assert "request_body" not in data["bench"]
+
+
+@pytest.mark.parametrize("body", ["{frequency_penalty: 1}", "[1, 2]", "0.5"])
+def test_a_body_that_is_not_a_json_object_is_refused(body, tmp_path):
+    res = subprocess.run([sys.executable, E2E, "run", "--request-body", body,
+                          "--work-dir", str(tmp_path)], capture_output=True, text=True,
+                         timeout=60)
+    assert res.returncode == 2
+    assert "argument --request-body: not" in res.stderr and not (tmp_path / "models-small").exists()
