@@ -127,8 +127,13 @@ def run_bench(runner, srv, env, opts, target, conc, num_prompts, out_file):
             "--random-range-ratio", "1.0", "--num-prompts", str(num_prompts),
             "--max-concurrency", str(conc), "--seed", str(opts.seed),
             "--output-file", out_file, "--disable-tqdm"]
-    if opts.request_body:
-        argv += ["--extra-request-body", opts.request_body]
+    body = json.loads(opts.request_body) if opts.request_body else {}
+    if opts.disaggregation_decode:
+        # a decode-only server with the fake transfer needs the marker on
+        # each request, as the greedy check sends it
+        body.setdefault("bootstrap_host", greedy.FAKE_BOOTSTRAP_HOST)
+    if body:
+        argv += ["--extra-request-body", json.dumps(body, sort_keys=True)]
     srv.reset_spec_counters()  # accept length of this point only
     t0 = time.time()
     rc = runner.run(argv, env, out_file[:-6] + ".log")

@@ -21,6 +21,14 @@ def test_every_bench_request_carries_the_body_and_the_file_names_it(tmp_path):
     assert data["bench"]["request_body"] == {"frequency_penalty": 0.5, "min_new_tokens": 8}
 
 
+def test_a_decode_only_server_gets_the_fake_bootstrap_marker_on_every_request(tmp_path):
+    events, data = run_e2e(tmp_path, "--disaggregation-decode", "--request-body",
+                           '{"frequency_penalty": 0.5}', variants=("base",))
+    bodies = {e["body"] for e in events if e["event"] == "bench"}
+    assert bodies == {'{"bootstrap_host": "2.2.2.2", "frequency_penalty": 0.5}'}
+    assert data["runs"] and all(r.get("disaggregation") == "decode" for r in data["runs"])
+
+
 def test_without_it_the_requests_and_the_file_are_as_before(tmp_path):
     events, data = run_e2e(tmp_path, variants=("base",))
     assert {e["body"] for e in events if e["event"] == "bench"} == {None}
