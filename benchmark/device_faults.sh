@@ -12,7 +12,10 @@
 # so running them together is fine. The sites are installed once per
 # machine: a call after the one that carried the kit (and the FA3 add-on, for
 # the default backend on Hopper: ADDON=.kitfa3) finds them.
-# usage: OUT_DIR=dir [SHAPES=tp1,disagg,tp2] [ADDON=.kitfa3] benchmark/device_faults.sh KIT BUDGET_S [e2e run options for every shape]
+# CANDIDATES=A,B+C adds one server per entry beside base and patched, as
+# device_compare.sh's variant candidate-NAME: the series, then the trial
+# patches benchmark/candidates/NAME.patch (B+C: B, then C).
+# usage: OUT_DIR=dir [SHAPES=tp1,disagg,tp2] [CANDIDATES=NAME,...] [ADDON=.kitfa3] benchmark/device_faults.sh KIT BUDGET_S [e2e run options for every shape]
 #   e.g. SGLANG_DEBUG_CHECK_SEQ_LENS_TRUTH=1 benchmark/device_faults.sh .kit 560 \
 #          --speculative EAGLE3 --piecewise default --greedy-prompts 96
 # Returns under $OUT_DIR: faults-<shape>.json per shape, compare.log, env.txt,
@@ -24,12 +27,30 @@ budget_start "$2"
 shift 2
 # the sites and work dir (elsewhere only for the script's own tests)
 SB=${SITE_BASE:-/tmp/sb} SP=${SITE_PATCHED:-/tmp/sp} WORK=${FAULTS_WORK:-/tmp/sglpatch-faults}
+IFS=, read -ra cands <<< "${CANDIDATES:-}"
+for c in "${cands[@]}"; do  # refuse a missing trial patch before installing anything
+  IFS=+ read -ra names <<< "$c"
+  for n in "${names[@]}"; do
+    [ -f "benchmark/candidates/$n.patch" ] || {
+      log "ERROR: no trial patch benchmark/candidates/$n.patch"; exit 2; }
+  done
+done
 gpu_env
 kit_install "$KIT" "$SB" 0.5.12.post1 || exit 3
 patched_site "$SB" "$SP" || exit 4
+cand_args=() cand_sites=()
+for c in "${cands[@]}"; do
+  IFS=+ read -ra names <<< "$c"
+  trials=()
+  for n in "${names[@]}"; do trials+=("benchmark/candidates/$n.patch"); done
+  site="$(dirname "$SB")/sc-$c"
+  candidate_site "$SB" "$site" "${trials[@]}" || exit 4
+  cand_args+=(--variant "candidate-$c=$site" --no-apply)
+  cand_sites+=("$site")
+done
 export PYTHONPATH=$SB  # the harness itself needs the kit's tokenizers
 if [ -n "$ADDON" ]; then
-  addon_install "$ADDON" "$SB" "$SP" || exit 3
+  addon_install "$ADDON" "$SB" "$SP" "${cand_sites[@]}" || exit 3
 fi
 SHAPES=${SHAPES:-tp1,disagg,tp2}
 for s in ${SHAPES//,/ }; do
@@ -42,7 +63,7 @@ shape() {  # shape NAME GPUS PORT_BASE DEADLINE_S [extra e2e options]
   local name=$1 devices=$2 port=$3 deadline=$4; shift 4
   rm -rf "${WORK:?}/$name"
   CUDA_VISIBLE_DEVICES=$devices python3 benchmark/e2e.py run \
-    --variant "base=$SB" --variant "patched=$SP" --no-apply \
+    --variant "base=$SB" --variant "patched=$SP" --no-apply "${cand_args[@]}" \
     --side-by-side --start-together --max-total-tokens 6000 --no-bench --faults \
     --work-dir "$WORK/$name" --out-dir "$WORK/$name/out" --port-base "$port" \
     --deadline-s "$deadline" "$@" 2>&1 | sed -u "s/^/[$name] /" >> "$OUT_DIR/compare.log"

@@ -110,3 +110,24 @@ def test_two_scripts_at_once_take_ports_apart(tmp_path):
     # each server takes its port and a few above it (DP attention: + 238)
     spans = sorted((min(p), max(p) + 1000) for p in ports.values())
     assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:])), spans
+
+
+def test_faults_put_each_trial_patch_beside_base_and_patched(tmp_path):
+    site = tmp_path / "sc-pd-decode-grammar-sync"
+    site.mkdir()
+    (site / ".candidate-applied").write_text("")  # made by an earlier call
+    res, runs = device(tmp_path, "device_faults.sh", 2,
+                       CANDIDATES="pd-decode-grammar-sync", SHAPES="disagg")
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert len(runs) == 1
+    _, args = runs[0]
+    variants = [args[i + 1] for i, a in enumerate(args) if a == "--variant"]
+    assert variants == [f"base={tmp_path}/sb", f"patched={tmp_path}/sp",
+                        f"candidate-pd-decode-grammar-sync={site}"]
+    assert args.count("--no-apply") == 2 and "--disaggregation-decode" in args
+
+
+def test_faults_refuse_a_missing_trial_patch_before_installing(tmp_path):
+    res, runs = device(tmp_path, "device_faults.sh", 2, CANDIDATES="no-such-trial")
+    assert res.returncode == 2 and runs == []
+    assert "no-such-trial.patch" in res.stdout + res.stderr
