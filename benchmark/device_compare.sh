@@ -106,12 +106,8 @@ for v in ${VARIANTS//,/ }; do
     candidate-*)
       # every patch of the series and trial patches of benchmark/candidates/
       # on top: candidate-A+B applies A, then B
-      trials=()
-      IFS=+ read -ra names <<< "${v#candidate-}"
-      for n in "${names[@]}"; do
-        trials+=("benchmark/candidates/$n.patch")
-        [ -f "${trials[-1]}" ] || { echo "no trial patch ${trials[-1]}" >&2; exit 2; }
-      done
+      paths=$(candidate_trials "${v#candidate-}") || exit 2
+      mapfile -t trials <<< "$paths"
       kit_install "$KIT" "$S/sb" 0.5.12.post1 || exit 3
       candidate_site "$S/sb" "$S/sc-${v#candidate-}" "${trials[@]}" || exit 4
       args+=(--variant "$v=$S/sc-${v#candidate-}" --no-apply) ;;

@@ -28,21 +28,16 @@ shift 2
 # the sites and work dir (elsewhere only for the script's own tests)
 SB=${SITE_BASE:-/tmp/sb} SP=${SITE_PATCHED:-/tmp/sp} WORK=${FAULTS_WORK:-/tmp/sglpatch-faults}
 IFS=, read -ra cands <<< "${CANDIDATES:-}"
+declare -A trials_of
 for c in "${cands[@]}"; do  # refuse a missing trial patch before installing anything
-  IFS=+ read -ra names <<< "$c"
-  for n in "${names[@]}"; do
-    [ -f "benchmark/candidates/$n.patch" ] || {
-      log "ERROR: no trial patch benchmark/candidates/$n.patch"; exit 2; }
-  done
+  trials_of[$c]=$(candidate_trials "$c") || { log "ERROR: candidate-$c: a trial patch is missing"; exit 2; }
 done
 gpu_env
 kit_install "$KIT" "$SB" 0.5.12.post1 || exit 3
 patched_site "$SB" "$SP" || exit 4
 cand_args=() cand_sites=()
 for c in "${cands[@]}"; do
-  IFS=+ read -ra names <<< "$c"
-  trials=()
-  for n in "${names[@]}"; do trials+=("benchmark/candidates/$n.patch"); done
+  mapfile -t trials <<< "${trials_of[$c]}"
   site="$(dirname "$SB")/sc-$c"
   candidate_site "$SB" "$site" "${trials[@]}" || exit 4
   cand_args+=(--variant "candidate-$c=$site" --no-apply)

@@ -61,6 +61,18 @@ candidate_apply() {  # candidate_apply SITE PATCH: a trial patch (benchmark/cand
     git apply -p2 --include='sglang/*' --whitespace=nowarn "$patch")
 }
 
+candidate_trials() {  # candidate_trials NAME: the trial patches of the variant
+  # candidate-NAME, one path a line (candidate-A+B: A, then B); fails, naming
+  # the first one missing, where benchmark/candidates/ lacks one
+  local n names
+  IFS=+ read -ra names <<< "$1"
+  for n in "${names[@]}"; do
+    [ -f "benchmark/candidates/$n.patch" ] || {
+      echo "no trial patch benchmark/candidates/$n.patch" >&2; return 1; }
+    echo "benchmark/candidates/$n.patch"
+  done
+}
+
 candidate_site() {  # candidate_site BASE SITE PATCH...: a copy of BASE with every
   # patch of the series and then the trial patches in order, once per machine
   local base=$1 site=$2 patch names=""

@@ -150,3 +150,17 @@ def test_vary_runs_several_comparisons_at_once_through_pairs(tmp_path):
                            VARY=vary, SIDE_BY_SIDE="2", KV_TOKENS="80000")
     assert res.returncode == 2 and "VARY needs PAIRS" in res.stdout
     assert not [r for r in runs if r[1][0] in ("benchmark/pairs.py", "benchmark/e2e.py")]
+
+
+def test_a_trial_patch_stack_runs_from_its_site_and_a_missing_one_is_refused(tmp_path):
+    name = "flashinfer-draft-graph-kv-indices+pd-decode-grammar-sync"
+    (tmp_path / f"sc-{name}").mkdir()
+    (tmp_path / f"sc-{name}" / ".candidate-applied").write_text("")  # an earlier call's
+    res, runs, _ = compare(tmp_path, tmp_path / ".kit", f"candidate-{name}",
+                           "--concurrency", "1")
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert variants(runs[0]) == [f"candidate-{name}={tmp_path}/sc-{name}"]
+    res, runs, _ = compare(tmp_path, tmp_path / ".kit", "candidate-pd-decode-grammar-sync+nope",
+                           "--concurrency", "1")
+    assert res.returncode == 2 and runs == []
+    assert "benchmark/candidates/nope.patch" in res.stderr

@@ -508,3 +508,16 @@ def test_flashinfer_aot_addon_skips_a_gpu_of_another_arch_and_mixed_sets(tmp_pat
     res = sh(f"addon_install {addon} {tmp_path}/sb", tmp_path)
     assert res.returncode == 1 and "more than one flashinfer or arch" in res.stdout
     assert not (tmp_path / "sb" / "flashinfer" / "data").exists()
+
+
+def test_candidate_trials_names_each_trial_patch_in_order(tmp_path):
+    (tmp_path / "out").mkdir()
+    res = sh("candidate_trials flashinfer-draft-graph-kv-indices+pd-decode-grammar-sync",
+             tmp_path)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert res.stdout.splitlines() == [
+        "benchmark/candidates/flashinfer-draft-graph-kv-indices.patch",
+        "benchmark/candidates/pd-decode-grammar-sync.patch"]
+    res = sh("candidate_trials pd-decode-grammar-sync+no-such-trial", tmp_path)
+    assert res.returncode == 1
+    assert "benchmark/candidates/no-such-trial.patch" in res.stderr
