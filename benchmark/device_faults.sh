@@ -5,8 +5,10 @@
 #   disagg   disaggregated decode (fake transfer), TP=1 (one GPU)
 #   tp2      aggregated, TP=2 (two GPUs)
 # On 4 GPUs all at once (GPU 0, GPU 1, GPUs 2,3); on 2 GPUs tp1 and disagg at
-# once, then tp2, the first wave with half the call's time. SHAPES picks some
-# (e.g. SHAPES=tp2). Each shape is its own e2e run (own ports, work dir and
+# once, then tp2, the first wave with half the call's time; on 1 GPU tp1 and
+# then disagg, each with half (SHAPES defaults to those two there, and a
+# SHAPES with tp2 is refused before anything is installed). SHAPES picks
+# some (e.g. SHAPES=tp2). Each shape is its own e2e run (own ports, work dir and
 # results file); they share nothing but the host. These runs check
 # correctness under load (chain, liveness, retractions, aborts), not speed,
 # so running them together is fine. The sites are installed once per
@@ -32,6 +34,17 @@ declare -A trials_of
 for c in "${cands[@]}"; do  # refuse a missing trial patch before installing anything
   trials_of[$c]=$(candidate_trials "$c") || { log "ERROR: candidate-$c: a trial patch is missing"; exit 2; }
 done
+gpus=$(nvidia-smi --query-gpu=name --format=csv,noheader | wc -l)
+[ "$gpus" -ge 1 ] || { log "ERROR: no GPU"; exit 5; }
+[ "$gpus" -ge 2 ] || SHAPES=${SHAPES:-tp1,disagg}
+SHAPES=${SHAPES:-tp1,disagg,tp2}
+for s in ${SHAPES//,/ }; do
+  case $s in tp1|disagg|tp2) ;; *) log "ERROR: unknown shape $s (SHAPES: tp1, disagg, tp2)"; exit 2 ;; esac
+done
+want() { [[ ",$SHAPES," == *",$1,"* ]]; }
+if want tp2 && [ "$gpus" -lt 2 ]; then
+  log "ERROR: shape tp2 needs 2 GPUs and this machine has 1 (SHAPES=tp1,disagg runs on one)"; exit 5
+fi
 gpu_env
 kit_install "$KIT" "$SB" 0.5.12.post1 || exit 3
 patched_site "$SB" "$SP" || exit 4
@@ -47,12 +60,6 @@ export PYTHONPATH=$SB  # the harness itself needs the kit's tokenizers
 if [ -n "$ADDON" ]; then
   addon_install "$ADDON" "$SB" "$SP" "${cand_sites[@]}" || exit 3
 fi
-SHAPES=${SHAPES:-tp1,disagg,tp2}
-for s in ${SHAPES//,/ }; do
-  case $s in tp1|disagg|tp2) ;; *) log "ERROR: unknown shape $s (SHAPES: tp1, disagg, tp2)"; exit 2 ;; esac
-done
-gpus=$(nvidia-smi --query-gpu=name --format=csv,noheader | wc -l)
-[ "$gpus" -ge 2 ] || { log "ERROR: $gpus GPU(s); this call needs 2 or 4"; exit 5; }
 
 shape() {  # shape NAME GPUS PORT_BASE DEADLINE_S [extra e2e options]
   local name=$1 devices=$2 port=$3 deadline=$4; shift 4
@@ -66,9 +73,12 @@ shape() {  # shape NAME GPUS PORT_BASE DEADLINE_S [extra e2e options]
   cp "$WORK/$name"/out/*.json "$OUT_DIR/faults-$name.json" 2>/dev/null
   log "$name: rc=$rc"
 }
-want() { [[ ",$SHAPES," == *",$1,"* ]]; }
-log "faults: shapes $SHAPES on $gpus GPUs, KV pool 6000 tokens per server"
-if [ "$gpus" -ge 4 ] || ! want tp2; then
+log "faults: shapes $SHAPES on $gpus GPU(s), KV pool 6000 tokens per server"
+if [ "$gpus" -eq 1 ]; then  # one GPU: the one-GPU shapes in turn
+  want tp1 && want disagg && first=$(( ($(left) - 25) / 2 )) || first=$(( $(left) - 25 ))
+  want tp1 && shape tp1 0 40000 "$first" "$@"
+  want disagg && shape disagg 0 41000 $(( $(left) - 25 )) --disaggregation-decode "$@"
+elif [ "$gpus" -ge 4 ] || ! want tp2; then
   want tp1 && shape tp1 0 40000 $(( $(left) - 25 )) "$@" &
   want disagg && shape disagg 1 41000 $(( $(left) - 25 )) --disaggregation-decode "$@" &
   want tp2 && shape tp2 2,3 42000 $(( $(left) - 25 )) --tp 2 "$@" &

@@ -131,3 +131,26 @@ def test_faults_refuse_a_missing_trial_patch_before_installing(tmp_path):
     res, runs = device(tmp_path, "device_faults.sh", 2, CANDIDATES="no-such-trial")
     assert res.returncode == 2 and runs == []
     assert "no-such-trial.patch" in res.stdout + res.stderr
+
+
+def test_faults_on_one_gpu_run_the_one_gpu_shapes_in_turn(tmp_path):
+    res, runs = device(tmp_path, "device_faults.sh", 1, ["--speculative", "EAGLE3"])
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert [(shape_of(a), g) for g, a in runs] == [("tp1", "0"), ("disagg", "0")]
+    tp1, disagg = (a for _, a in runs)
+    # the first leaves the second at least as much time as it takes
+    assert int(opt(tp1, "--deadline-s")) <= 240 < int(opt(disagg, "--deadline-s"))
+    assert opt(tp1, "--port-base") != opt(disagg, "--port-base")
+
+
+def test_faults_on_one_gpu_give_one_shape_the_whole_call(tmp_path):
+    res, runs = device(tmp_path, "device_faults.sh", 1, SHAPES="disagg")
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert [(shape_of(a), g) for g, a in runs] == [("disagg", "0")]
+    assert int(opt(runs[0][1], "--deadline-s")) > 400
+
+
+def test_faults_on_one_gpu_refuse_tp2_before_installing(tmp_path):
+    res, runs = device(tmp_path, "device_faults.sh", 1, SHAPES="tp1,tp2")
+    assert res.returncode == 5 and runs == []
+    assert not (tmp_path / "calls").exists()  # no pip install either
