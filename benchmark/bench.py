@@ -13,12 +13,14 @@ import greedy
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def probe_throughput(url, conc, input_len, output_len, vocab):
-    """Output tok/s at `conc` parallel requests (also warms that batch size)."""
+def probe_throughput(url, conc, input_len, output_len, vocab, fake_bootstrap=False):
+    """Output tok/s at `conc` parallel requests (also warms that batch size);
+    fake_bootstrap: to a decode-only server (greedy.decode_in_background)."""
     prompts = greedy.make_prompts(conc, vocab, seed=123, min_len=input_len,
                                   max_len=input_len)
     t0 = time.time()
-    threads, errors = greedy.decode_in_background(url, prompts, output_len)
+    threads, errors = greedy.decode_in_background(url, prompts, output_len,
+                                                  fake_bootstrap=fake_bootstrap)
     for th in threads:
         th.join()
     wall = time.time() - t0

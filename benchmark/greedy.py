@@ -12,18 +12,21 @@ import threading
 from server import http_json
 
 
-def decode_in_background(url, prompts, new_tokens, timeout=600):
+def decode_in_background(url, prompts, new_tokens, timeout=600, fake_bootstrap=False):
     """One greedy /generate request per prompt, each in its own (started)
     thread, so that len(prompts) requests decode at once.  Returns the
     threads and the list their exceptions are appended to: the caller joins
-    the threads and decides what a failure means."""
+    the threads and decides what a failure means. fake_bootstrap: each
+    request carries the marker a decode-only server with the fake transfer
+    needs (as generate's)."""
     errors = []
+    marker = {"bootstrap_host": FAKE_BOOTSTRAP_HOST} if fake_bootstrap else {}
 
     def one(p):
         try:
             http_json(url + "/generate", {"input_ids": p, "sampling_params": {
-                "temperature": 0.0, "max_new_tokens": new_tokens, "ignore_eos": True}},
-                timeout=timeout)
+                "temperature": 0.0, "max_new_tokens": new_tokens, "ignore_eos": True},
+                **marker}, timeout=timeout)
         except Exception as e:
             errors.append(e)
 

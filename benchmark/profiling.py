@@ -58,7 +58,7 @@ def wait_for_traces(out_dir, before, ranks, timeout_s):
 
 
 def capture(url, out_dir, steps, with_stack, concurrency, vocab, input_len=256,
-            timeout_s=300, ranks=1):
+            timeout_s=300, ranks=1, fake_bootstrap=False):
     """Profile `steps` forwards while `concurrency` requests decode.
 
     with_stack=False records GPU activity and CUDA runtime calls only (no
@@ -72,7 +72,8 @@ def capture(url, out_dir, steps, with_stack, concurrency, vocab, input_len=256,
     new_tokens = steps * TOKENS_PER_STEP_MAX + 2000
     prompts = greedy.make_prompts(concurrency, vocab, seed=321, min_len=input_len,
                                   max_len=input_len)
-    threads, errors = greedy.decode_in_background(url, prompts, new_tokens, timeout_s)
+    threads, errors = greedy.decode_in_background(url, prompts, new_tokens, timeout_s,
+                                                  fake_bootstrap=fake_bootstrap)
     time.sleep(LEAD_S)
     try:
         http_json(url + "/start_profile", {

@@ -637,7 +637,8 @@ def profile_point(st, opts: RunOptions, m, c, with_stack, vocab):
     t0 = time.time()
     try:
         traces = profiling.capture(m.srv.url, os.path.join(opts.work_dir, "profiles"), steps,
-                                   with_stack, c, vocab, input_len=opts.input_len, ranks=opts.tp)
+                                   with_stack, c, vocab, input_len=opts.input_len, ranks=opts.tp,
+                                   fake_bootstrap=opts.disaggregation_decode)
         summaries = {}
         for rank, trace in traces.items():
             rk = "" if opts.tp == 1 else f"-rank{rank}"
@@ -668,8 +669,9 @@ def bench_point(st, opts: RunOptions, m, rep, c, target, vocab):
     first = c not in m.nprompts  # this repeat checks the probe's count
     if first:
         # twice: the first pass at a new batch size runs cold
-        probe_throughput(srv.url, c, opts.input_len, opts.output_len, vocab)
-        tps = probe_throughput(srv.url, c, opts.input_len, opts.output_len, vocab)
+        probe = (srv.url, c, opts.input_len, opts.output_len, vocab, opts.disaggregation_decode)
+        probe_throughput(*probe)
+        tps = probe_throughput(*probe)
         m.nprompts[c] = sizing.from_probe(tps, opts.output_len, c, opts.min_seconds)
         st.log(f"  {m.tag} c={c}: probe {tps:.0f} tok/s -> {m.nprompts[c]} prompts")
     out = os.path.join(opts.work_dir, f"bench-{m.tag}-c{c}-r{rep}.jsonl")

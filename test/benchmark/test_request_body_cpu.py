@@ -29,6 +29,18 @@ def test_a_decode_only_server_gets_the_fake_bootstrap_marker_on_every_request(tm
     assert data["runs"] and all(r.get("disaggregation") == "decode" for r in data["runs"])
 
 
+def test_a_decode_only_server_gets_the_marker_on_the_probes_and_profiles_too(tmp_path):
+    # 0.5.12.post1's decode-only server dies on a request without it: the
+    # throughput probe before a point and the profile's decoders send it too
+    events, data = run_e2e(tmp_path, "--disaggregation-decode", "--profile-steps", "4",
+                           variants=("base",))
+    hosts = [e["event"]["generate_bootstrap_host"] for e in events
+             if isinstance(e["event"], dict) and "generate_bootstrap_host" in e["event"]]
+    benches = [e for e in events if e["event"] == "bench"]
+    assert benches and data["profiles"]
+    assert len(hosts) > 3 and set(hosts) == {"2.2.2.2"}
+
+
 def test_without_it_the_requests_and_the_file_are_as_before(tmp_path):
     events, data = run_e2e(tmp_path, variants=("base",))
     assert {e["body"] for e in events if e["event"] == "bench"} == {None}
