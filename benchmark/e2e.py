@@ -317,6 +317,12 @@ def run_options(ns, ap):
     check_speculative(opts, ap)
     if opts.mixed_load and opts.disaggregation_decode:
         ap.error("--mixed-load needs prefills: not with --disaggregation-decode")
+    if opts.fault_grammar_clients and opts.disaggregation_decode:
+        # the fake transfer's first token is 0 (its metadata buffers are
+        # zeros), which no grammar accepts: every such request errors at
+        # admission on every build, and the check would compare nothing
+        ap.error("--fault-grammar-clients needs a real prefill: not with "
+                 "--disaggregation-decode (the fake transfer's first token is 0)")
     for spec in opts.variant:
         parse_variant(spec)  # a bad name fails here, before any model is built
     return opts

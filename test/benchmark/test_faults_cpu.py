@@ -74,25 +74,34 @@ def test_fault_record_carries_the_truth_counts_of_the_whole_check(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_stalled_server_shows_in_silence_and_first_byte(tmp_path):
-    # and a disaggregated decode server: every storm request carries the fake
-    # transfer's bootstrap host, the greedy prompts are checked on their own chain;
-    # two grammar clients beside the storm get the grammar's one sequence
-    events, data = run_e2e(tmp_path, *FAULTS, "--disaggregation-decode",
-                           "--fault-grammar-clients", "2",
-                           env={"FAKE_TOKEN_S": "0.01", "FAKE_STALL_S": "1.5"},
-                           token_map=True, variants=("base",))
+def test_grammar_clients_get_the_grammars_one_sequence(tmp_path):
+    # two grammar clients beside the storm of an aggregated server
+    events, data = run_e2e(tmp_path, *FAULTS, "--fault-grammar-clients", "2",
+                           env={"FAKE_TOKEN_S": "0.01"}, variants=("base",))
     assert not data.get("errors")
-    hosts = [e["event"]["generate_bootstrap_host"] for e in events
-             if isinstance(e["event"], dict) and "generate_bootstrap_host" in e["event"]]
-    assert len(hosts) == 12 + 2 + 3 and set(hosts) == {"2.2.2.2"}  # storm + greedy checks
-    assert data["faults"][0]["disaggregation"] == "decode"
     grammar = [e["event"] for e in events
                if isinstance(e["event"], dict) and "grammar" in e["event"]]
     assert len(grammar) == 2 and {g["finish"] for g in grammar} == {"stop"}
     f = data["faults"][0]
     assert (f["clients"], f["grammar_clients"], f["grammar_exact"]) == (14, 2, 2)
     assert (f["completed"], f["disconnected"], f["aborted"]) == (4 + 2, 4, 4)
+    assert f["errors"] == 0 and f["alive"] is True
+
+
+def test_a_stalled_server_shows_in_silence_and_first_byte(tmp_path):
+    # and a disaggregated decode server: every storm request carries the fake
+    # transfer's bootstrap host, the greedy prompts are checked on their own chain
+    events, data = run_e2e(tmp_path, *FAULTS, "--disaggregation-decode",
+                           env={"FAKE_TOKEN_S": "0.01", "FAKE_STALL_S": "1.5"},
+                           token_map=True, variants=("base",))
+    assert not data.get("errors")
+    hosts = [e["event"]["generate_bootstrap_host"] for e in events
+             if isinstance(e["event"], dict) and "generate_bootstrap_host" in e["event"]]
+    assert len(hosts) == 12 + 3 and set(hosts) == {"2.2.2.2"}  # storm + greedy checks
+    assert data["faults"][0]["disaggregation"] == "decode"
+    f = data["faults"][0]
+    assert (f["clients"], f["grammar_clients"]) == (12, 0)
+    assert (f["completed"], f["disconnected"], f["aborted"]) == (4, 4, 4)
     stalls = collections.Counter(e["port"] for e in events if e["event"] == "stall")
     assert list(stalls.values()) == [1]  # once, at the storm's first stream
     for f in data["faults"]:
@@ -261,3 +270,18 @@ def test_servers_of_a_storm_with_grammar_clients_get_the_grammar_backend():
                        (RunOptions(faults=True), "none"),
                        (RunOptions(fault_grammar_clients=4), "none")):  # no storm
         assert backend(run.member_command(opts, m, "T", "D", 30000)) == want
+
+
+def test_grammar_clients_on_a_decode_only_server_are_refused(tmp_path):
+    # its fake transfer makes 0 every request's first token, which no grammar
+    # accepts: each grammar client would fail alike on every build
+    import subprocess
+
+    from standin_sglang import E2E
+
+    res = subprocess.run([sys.executable, E2E, "run", "--work-dir", str(tmp_path),
+                          "--preset", "tiny", "--faults", "--disaggregation-decode",
+                          "--fault-grammar-clients", "8"],
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 2 and "--fault-grammar-clients" in res.stderr, res.stderr
+    assert not (tmp_path / "models-tiny").exists()
