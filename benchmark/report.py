@@ -611,10 +611,12 @@ def build_labels(data, through=False, patches=None):
 
 
 def backend_rows(paths, attention_backend="default", speculative="EAGLE3",
-                 references=("base", UPSTREAM), through=False, patches=None):
+                 references=("base", UPSTREAM), through=False, patches=None,
+                 disaggregation=None):
     """The rows of `backend_table`: per file, build and TP size, the file's
     name and data, the build's patches and {(reference, concurrency): the
-    paired ratios' entry}."""
+    paired ratios' entry}. disaggregation: the servers' mode ("decode": a
+    decode-only server), None for aggregated servers."""
     rows = []
     for path in paths:
         with open(path) as fh:
@@ -625,7 +627,8 @@ def backend_rows(paths, attention_backend="default", speculative="EAGLE3",
             for e in results.paired_ratios(data, base=reference):
                 if e["variant"] in labels and e["attention_backend"] == attention_backend \
                         and e["speculative"] == speculative and e["overlap"] \
-                        and e["piecewise_cuda_graph"] and not e["disaggregation"]:
+                        and e["piecewise_cuda_graph"] \
+                        and (e["disaggregation"] or None) == disaggregation:
                     pairs[(e["variant"], e["tp"], reference, e["concurrency"])] = e
         for variant in labels:
             for tp in sorted({tp for v, tp, _, _ in pairs if v == variant}):
@@ -638,7 +641,7 @@ def backend_rows(paths, attention_backend="default", speculative="EAGLE3",
 
 def backend_table(paths, link_dir, concurrency=(1, 8, 32), attention_backend="default",
                   speculative="EAGLE3", references=("base", UPSTREAM), through=False,
-                  patches=None):
+                  patches=None, disaggregation=None):
     """One attention backend (`default`: no flag, the one sglang picks) and
     one speculative algorithm (`none`: without speculative decoding): each
     patched build's TPOT over base's and over upstream 0.5.13's, paired by
@@ -648,7 +651,7 @@ def backend_table(paths, link_dir, concurrency=(1, 8, 32), attention_backend="de
     variant -> range)."""
     rows = []
     for row in backend_rows(paths, attention_backend, speculative, references, through,
-                            patches):
+                            patches, disaggregation):
         rows.append([f"[{row['name']}]({link_dir}/{row['name']}.md)", row["data"]["card"],
                      row["data"].get("model_preset"), row["patches"], row["tp"]]
                     + [paired_cell(row["pairs"][(r, c)]) if (r, c) in row["pairs"] else None
@@ -685,7 +688,8 @@ def setting_args(setting, results_dir):
     files = entries(setting, results_dir)
     return dict(paths=[p for p, _, _ in files], attention_backend=setting["attention_backend"],
                 speculative=setting["speculative"], references=tuple(setting["references"]),
-                through=True, patches={p: o for p, o, _ in files if o})
+                through=True, patches={p: o for p, o, _ in files if o},
+                disaggregation=setting.get("disaggregation"))
 
 
 def machine(stem):

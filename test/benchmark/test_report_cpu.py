@@ -289,6 +289,28 @@ def test_backend_table_gives_a_row_per_tp_and_the_patches_run(tmp_path):
     assert len(rows) == 4  # patched-through-0009 is not the patched build
 
 
+def test_backend_table_keeps_decode_only_servers_apart(tmp_path):
+    def decode_only(variant, tpots):
+        return dict(_default_point(variant, tpots), disaggregation="decode")
+
+    data = {"card": "NVIDIA H200", "date": "2026-11-28", "model_preset": "small",
+            "bench": {"side_by_side": True}, "greedy_equivalence": [],
+            "runs": [_default_point("base", [2.0, 2.0]), _default_point("patched", [1.0, 1.0]),
+                     decode_only("base", [4.0, 4.0]), decode_only("patched", [3.0, 3.0])]}
+    path = tmp_path / "z.json"
+    path.write_text(json.dumps(data))
+    aggregated = report.backend_table([str(path)], "results").splitlines()
+    decode = report.backend_table([str(path)], "results", disaggregation="decode").splitlines()
+    assert len(aggregated) == len(decode) == 3
+    assert aggregated[2].endswith("| 1 | 0.50 [0.50, 0.50] (2) |")
+    assert decode[2].endswith("| 1 | 0.75 [0.75, 0.75] (2) |")
+    # a setting of current.json names the mode
+    setting = {"files": ["z"], "attention_backend": "default", "speculative": "EAGLE3",
+               "references": ["base"], "disaggregation": "decode"}
+    rows = report.backend_rows(**report.setting_args(setting, str(tmp_path)))
+    assert [round(r["pairs"][("base", 1)]["geo_mean"], 2) for r in rows] == [0.75]
+
+
 def test_stack_profiles_say_what_the_host_did_by_kind_of_work():
     kinds = {"sglang Python": 600.0, "CUDA graph launches": 100.0,
              "PyTorch operators (C++)": 300.0}
