@@ -161,8 +161,8 @@ def paired_rows(pairs, turns):
             for e in sorted(pairs, key=point_order)]
 
 
-def paired_header(reference, turns):
-    return ["setting", "c", f"TPOT / {reference}'s, per repeat", "median", "below 1.00",
+def paired_header(reference, turns, what="TPOT"):
+    return ["setting", "c", f"{what} / {reference}'s, per repeat", "median", "below 1.00",
             "geo mean [90% interval]", "repeats for ±3%", "paired by"] + (
                 ["geo mean, base first / base last (repeats)"] if turns else [])
 
@@ -194,6 +194,12 @@ def paired_section(data):
             f"The same pairing with upstream sglang {version}'s server, measured in the same "
             "repeats, in place of base: below 1.00 the patched build decoded faster than "
             "upstream's.", f"upstream {version}")
+    ttft = results.paired_ratios(data, metric="ttft_ms")
+    if ttft:
+        out += ["", "### First-token time over base's", "",
+                "The same pairing for bench_serving's median TTFT of each repeat: above "
+                "1.00 the build gave its requests their first token later than base.", "",
+                table(paired_header("base", False, "TTFT"), paired_rows(ttft, False))]
     out += reference_section(
         data, "patched", lambda v: bool(results.CANDIDATE.match(v)),
         "Trial patches over the patched build",

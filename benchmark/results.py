@@ -237,11 +237,12 @@ def ratio_interval(ratios, resolve=0.03):
             "repeats_for_3pct": n}
 
 
-def paired_ratios(data, base="base"):
-    """For a side-by-side run: each other build's TPOT over base's in the
-    same repeat of the same point. The servers of a repeat are measured one
-    after the other, so a pair cancels the machine's drift from one repeat
-    to the next, not its noise within one. One dict per
+def paired_ratios(data, base="base", metric="tpot_ms"):
+    """For a side-by-side run: each other build's TPOT (or `metric`, a
+    sample's field such as "ttft_ms") over base's in the same repeat of the
+    same point; repeats without the field on both sides are left out. The
+    servers of a repeat are measured one after the other, so a pair cancels
+    the machine's drift from one repeat to the next, not its noise within one. One dict per
     (build, point): variant, concurrency, the point's other key fields,
     ratios (in repeat order), median, below_1 (how many), paired_by, and
     `ratio_interval`'s geo_mean, interval_90 and repeats_for_3pct."""
@@ -257,8 +258,9 @@ def paired_ratios(data, base="base"):
         if how != bhow:  # one build's file is older: fall back to positions
             keys, bkeys, how = list(range(len(keys))), list(range(len(bkeys))), "position"
         theirs = dict(zip(bkeys, b.get("samples", [])))
-        matched = [(k, round(x["tpot_ms"] / theirs[k]["tpot_ms"], 4))
-                   for k, x in zip(keys, r.get("samples", [])) if k in theirs]
+        matched = [(k, round(x[metric] / theirs[k][metric], 4))
+                   for k, x in zip(keys, r.get("samples", []))
+                   if k in theirs and x.get(metric) and theirs[k].get(metric)]
         if not matched:
             continue
         ratios = [x for _, x in matched]

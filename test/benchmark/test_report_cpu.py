@@ -74,6 +74,24 @@ def _point(variant, tpots, reps):
     return run
 
 
+def test_side_by_side_page_pairs_first_token_times_too():
+    base, patched = _point("base", [2.0, 2.0], [0, 1]), _point("patched", [1.0, 1.0], [0, 1])
+    for run, ttfts in ((base, [40.0, 50.0]), (patched, [60.0, 50.0])):
+        for sample, ttft in zip(run["samples"], ttfts):
+            sample["ttft_ms"] = ttft
+    data = {"card": "GPU", "date": "2026-11-28", "model_preset": "small",
+            "bench": {"side_by_side": True}, "greedy_equivalence": [], "runs": [base, patched]}
+    section = report.render(data, "x.json").split("### First-token time over base's", 1)[1]
+    # 1.5 and 1.0: geo mean sqrt(1.5) = 1.225, one of two not below 1.00
+    row = next(line for line in section.splitlines() if line.startswith("| patched"))
+    assert row.startswith("| patched EAGLE3 triton pcg tp2 | 8 | 1.50 / 1.00 | 1.25 | 0 of 2 | 1.225 ")
+    # files from before bench_serving's TTFT was kept: no such table
+    for run in (base, patched):
+        for sample in run["samples"]:
+            del sample["ttft_ms"]
+    assert "### First-token time" not in report.render(data, "x.json")
+
+
 def test_side_by_side_page_pairs_each_repeat_with_base():
     data = {"card": "GPU", "date": "2026-11-26", "model_preset": "small",
             "bench": {"side_by_side": True}, "greedy_equivalence": [],
