@@ -3,7 +3,9 @@ series' patches, with the device scripts' own `candidate_apply`, and its unit
 tests pass on the sglang it makes; the harness takes `candidate-NAME` as a
 build of its own, after the series' patches. With no trial patch in the
 directory only the naming is checked here; candidate_apply itself is
-tested on a made-up patch in test_lib_sh_cpu.py."""
+tested on a made-up patch in test_lib_sh_cpu.py. The trial patches' tests
+run in children of one import zygote (test/sglpatch/import_zygote.py): torch
+and the other packages sglang imports load once, not once per trial patch."""
 
 import glob
 import importlib.util
@@ -16,8 +18,10 @@ import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(REPO, "benchmark"))
+sys.path.insert(0, os.path.join(REPO, "test", "sglpatch"))
 import builds  # noqa: E402
 import results  # noqa: E402
+from import_zygote import Zygote  # noqa: E402
 
 PATCHES = sorted(glob.glob(os.path.join(REPO, "benchmark", "candidates", "*.patch")))
 
@@ -81,7 +85,20 @@ def _site_with(tmp_path, patches):
     return site
 
 
-def _their_tests_pass(tmp_path, site, patches):
+@pytest.fixture(scope="module")
+def importer():
+    """Children that see sglang only on their trial patch's site."""
+    zygote = Zygote(env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
+    yield zygote
+    zygote.close()
+
+
+# the child's site is sys.path[0]; a test's own subprocesses find it there too
+RUN_PYTEST = ("import os, sys, pytest; os.environ['PYTHONPATH'] = sys.path[0]; "
+              "sys.exit(pytest.main(['-q', '-p', 'no:cacheprovider', *sys.argv[1:]]))")
+
+
+def _their_tests_pass(tmp_path, site, patches, importer):
     """The patches' tests, in upstream's layout, over this repository's copies
     of the series' tests, on SITE."""
     tests = tmp_path / "tests"
@@ -97,12 +114,11 @@ def _their_tests_pass(tmp_path, site, patches):
         touched = [str(tests / line.split("\t")[2]) for line in numstat.splitlines() if line.strip()]
         assert touched, p
         files += touched
-    res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *files],
-                         cwd=tmp_path, env=dict(os.environ, PYTHONPATH=str(site)),
-                         capture_output=True, text=True)
-    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-2000:]
+    rc, out, err = importer.run(site, tmp_path, RUN_PYTEST, files)
+    assert rc == 0, out[-3000:] + err[-2000:]
 
 
+@pytest.mark.slow  # one worker, one zygote (test/conftest.py)
 @pytest.mark.parametrize("patch", PATCHES, ids=os.path.basename)
-def test_trial_patch_applies_on_the_series_and_its_tests_pass(patch, tmp_path):
-    _their_tests_pass(tmp_path, _site_with(tmp_path, [patch]), [patch])
+def test_trial_patch_applies_on_the_series_and_its_tests_pass(patch, tmp_path, importer):
+    _their_tests_pass(tmp_path, _site_with(tmp_path, [patch]), [patch], importer)
