@@ -129,11 +129,10 @@ def run_bench(runner, srv, env, opts, target, conc, num_prompts, out_file):
             "--random-range-ratio", "1.0", "--num-prompts", str(num_prompts),
             "--max-concurrency", str(conc), "--seed", str(opts.seed),
             "--output-file", out_file, "--disable-tqdm"]
-    body = json.loads(opts.request_body) if opts.request_body else {}
-    if opts.disaggregation_decode:
-        # a decode-only server with the fake transfer needs the marker on
-        # each request, as the greedy check sends it
-        body.setdefault("bootstrap_host", greedy.FAKE_BOOTSTRAP_HOST)
+    # a decode-only server with the fake transfer needs the marker on each
+    # request, as the greedy check sends it
+    body = greedy.mark_fake_bootstrap(
+        json.loads(opts.request_body) if opts.request_body else {}, opts.disaggregation_decode)
     if body:
         argv += ["--extra-request-body", json.dumps(body, sort_keys=True)]
     srv.reset_spec_counters()  # accept length of this point only

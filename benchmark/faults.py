@@ -89,11 +89,9 @@ class Client:
         else:
             params = {"temperature": 0.0, "max_new_tokens": self.new_tokens,
                       "ignore_eos": True}
-        p = {"input_ids": self.prompt, "rid": self.rid, "sampling_params": params,
-             "stream": self.kind not in ("abort", "grammar")}
-        if fake_bootstrap:
-            p["bootstrap_host"] = greedy.FAKE_BOOTSTRAP_HOST
-        return p
+        return greedy.mark_fake_bootstrap(
+            {"input_ids": self.prompt, "rid": self.rid, "sampling_params": params,
+             "stream": self.kind not in ("abort", "grammar")}, fake_bootstrap)
 
 
 def make_clients(n, vocab, new_tokens, seed, grammar=0):

@@ -12,6 +12,20 @@ import threading
 from server import http_json
 
 
+# sglang's marker for "no real prefill server": a decode-only server with the
+# fake KV transfer needs it on each request (0.5.12.post1 fails to build a
+# bootstrap address from a request without a host)
+FAKE_BOOTSTRAP_HOST = "2.2.2.2"
+
+
+def mark_fake_bootstrap(payload, fake_bootstrap=True):
+    """`payload`, a request's body, with the fake transfer's marker where
+    `fake_bootstrap`; a bootstrap host the body names already is kept."""
+    if fake_bootstrap:
+        payload.setdefault("bootstrap_host", FAKE_BOOTSTRAP_HOST)
+    return payload
+
+
 def decode_in_background(url, prompts, new_tokens, timeout=600, fake_bootstrap=False):
     """One greedy /generate request per prompt, each in its own (started)
     thread, so that len(prompts) requests decode at once.  Returns the
@@ -20,13 +34,13 @@ def decode_in_background(url, prompts, new_tokens, timeout=600, fake_bootstrap=F
     request carries the marker a decode-only server with the fake transfer
     needs (as generate's)."""
     errors = []
-    marker = {"bootstrap_host": FAKE_BOOTSTRAP_HOST} if fake_bootstrap else {}
 
     def one(p):
+        body = {"input_ids": p, "sampling_params": {
+            "temperature": 0.0, "max_new_tokens": new_tokens, "ignore_eos": True}}
         try:
-            http_json(url + "/generate", {"input_ids": p, "sampling_params": {
-                "temperature": 0.0, "max_new_tokens": new_tokens, "ignore_eos": True},
-                **marker}, timeout=timeout)
+            http_json(url + "/generate", mark_fake_bootstrap(body, fake_bootstrap),
+                      timeout=timeout)
         except Exception as e:
             errors.append(e)
 
@@ -43,21 +57,13 @@ def make_prompts(n, vocab, seed=0, min_len=16, max_len=160):
             for _ in range(n)]
 
 
-# sglang's marker for "no real prefill server": a decode-only server with the
-# fake KV transfer needs it on each request (0.5.12.post1 fails to build a
-# bootstrap address from a request without a host)
-FAKE_BOOTSTRAP_HOST = "2.2.2.2"
-
-
 def generate(url, prompts, new_tokens, fake_bootstrap=False):
     """One batched request; returns (output id lists, accept length or None)."""
-    payload = {
+    payload = mark_fake_bootstrap({
         "input_ids": prompts,
         "sampling_params": {"temperature": 0.0, "max_new_tokens": new_tokens,
                             "ignore_eos": True},
-    }
-    if fake_bootstrap:
-        payload["bootstrap_host"] = FAKE_BOOTSTRAP_HOST
+    }, fake_bootstrap)
     out = http_json(url + "/generate", payload, timeout=900)
     ids = [o["output_ids"] for o in out]
     tokens = sum(o["meta_info"].get("completion_tokens", 0) for o in out)

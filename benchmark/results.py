@@ -242,9 +242,9 @@ def paired_ratios(data, base="base", metric="tpot_ms"):
     sample's field such as "ttft_ms") over base's in the same repeat of the
     same point; repeats without the field on both sides are left out. The
     servers of a repeat are measured one after the other, so a pair cancels
-    the machine's drift from one repeat to the next, not its noise within one. One dict per
-    (build, point): variant, concurrency, the point's other key fields,
-    ratios (in repeat order), median, below_1 (how many), paired_by, and
+    the machine's drift from one repeat to the next, not its noise within
+    one. One dict per (build, point): variant, concurrency, the point's other
+    key fields, ratios (in repeat order), median, below_1 (how many), paired_by, and
     `ratio_interval`'s geo_mean, interval_90 and repeats_for_3pct."""
     point = [f for f in RUN_KEY if f != "variant"]
     bases = {_key(r, point): r for r in data.get("runs", []) if r["variant"] == base}
