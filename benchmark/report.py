@@ -410,7 +410,7 @@ FAULT_COLUMNS = (
     ("clients", "clients"), ("completed", "completed"), ("disconnected", "disconnected"),
     ("aborted", "aborted"), ("errors", "errors"), ("off chain during", "prompts_off_chain_during"),
     ("off chain after", "prompts_off_chain_after"), ("retractions", "retractions"),
-    ("storm s", "storm_s"), ("max silence s", "max_silence_s"),
+    ("retracted requests", "retracted_requests"), ("storm s", "storm_s"), ("max silence s", "max_silence_s"),
     ("max output gap s", "max_output_gap_s"), ("max TTFB s", "max_ttfb_s"),
     ("loads unanswered", "loads_unanswered"),
     ("idle s", "idle_s"), ("alive", "alive"), ("call", "call"),
@@ -436,7 +436,8 @@ def faults_section(data):
            "pause and a last greedy check; off chain = greedy prompts off the constructed "
            "chain; max silence = longest time without a storm response ending; max output "
            "gap = longest time no storm client got a byte from the server; TTFB = a "
-           "streamed request's time to its first byte; loads unanswered = polls of "
+           "streamed request's time to its first byte; retracted requests = the "
+           "requests those retractions took (one retraction may take several); loads unanswered = polls of "
            "/v1/loads (one a second) the scheduler did not answer." + grammar, "",
            table(["setting"] + [h for h, _ in cols], rows)]
     msgs = [f"{setting(f)}: {m}" for f in data["faults"]

@@ -216,7 +216,8 @@ FAULT = {"variant": "patched", "attention_backend": "triton", "speculative": "EA
          "overlap": True, "piecewise_cuda_graph": True, "tp": 2, "clients": 64,
          "completed": 21, "disconnected": 22, "aborted": 21, "errors": 1,
          "error_messages": ["cut #3: TimeoutError: x"], "prompts_off_chain_during": 0,
-         "prompts_off_chain_after": 0, "retractions": 7, "max_silence_s": 61.2,
+         "prompts_off_chain_after": 0, "retractions": 7, "retracted_requests": 19,
+         "max_silence_s": 61.2,
          "max_ttfb_s": 60.1, "storm_s": 75.0, "idle_s": 20.0, "alive": True}
 
 
@@ -232,6 +233,8 @@ def test_fault_records_validate_pool_and_render():
     page = report.render(pooled, "x.json")
     assert "## Load and faults" in page and "| patched EAGLE3 triton pcg tp2 | 64 | 21 | 22 |" in page
     assert "cut #3: TimeoutError: x" in page
+    # a retraction that takes several requests shows beside the count
+    assert "| 21 | 1 | 0 | 0 | 7 | 19 | 75.0 |" in page
     assert "grammar exact" not in page  # no grammar clients: no such columns
     with_grammar = dict(data, faults=[dict(FAULT, clients=66, grammar_clients=2,
                                            grammar_exact=1)])
