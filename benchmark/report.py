@@ -294,7 +294,8 @@ def profiles_section(data):
            "calls, idle gaps and Python frames per trace are in the JSON.", "",
            table(header, rows)]
     return (out + ranks_section(data["profiles"]) + closing_section(data["profiles"])
-            + waits_section(data["profiles"]) + host_work_section(data["profiles"]))
+            + waits_section(data["profiles"]) + host_work_section(data["profiles"])
+            + kernels_section(data["profiles"]))
 
 
 def ranks_section(profiles):
@@ -404,6 +405,51 @@ def host_work_section(profiles):
             "the sglang frames with the most self time.", "",
             table(["setting", "c", "rank", "kind of host work", "self µs per forward",
                    "share %", "operators", "Triton launches", "graph launches"], rows)]
+
+
+# kernels_section lists a kernel whose GPU time per forward differs from
+# base's by at least this many µs, or whose launches differ by at least
+# KERNEL_LAUNCH_DIFF, at most KERNEL_ROWS of them per pair, the largest first
+KERNEL_US_DIFF = 2.0
+KERNEL_LAUNCH_DIFF = 0.5
+KERNEL_ROWS = 12
+
+
+def kernels_section(profiles):
+    """GPU-only traces with kernels by name (trace_steps.kernels_by_name):
+    per build beside base's trace of the same setting, the kernels whose
+    launches or GPU time per forward differ most."""
+    fields = [f for f in results.PROFILE_KEY if f != "variant"] + ["call"]
+    bases = {tuple(p.get(f) for f in fields): p for p in profiles
+             if p.get("variant") == "base" and not p.get("with_stack")}
+    rows = []
+    for p in profiles:
+        base = bases.get(tuple(p.get(f) for f in fields))
+        if p.get("variant") == "base" or p.get("with_stack") or base is None:
+            continue
+        ours, theirs = p.get("gpu_kernels_by_name"), base.get("gpu_kernels_by_name")
+        if ours is None or theirs is None:
+            continue
+        diffs = []
+        for name in set(ours) | set(theirs):
+            (n, us), (bn, bus) = ours.get(name, (0, 0.0)), theirs.get(name, (0, 0.0))
+            if abs(us - bus) >= KERNEL_US_DIFF or abs(n - bn) >= KERNEL_LAUNCH_DIFF:
+                diffs.append((us - bus, name, bn, n, bus, us))
+        diffs.sort(key=lambda d: (-abs(d[0]), d[1]))
+        rows += [[setting(p), p.get("concurrency"), p.get("rank"), f"`{name}`", bn, n,
+                  round(bus, 1), round(us, 1), round(d, 1)]
+                 for d, name, bn, n, bus, us in diffs[:KERNEL_ROWS]]
+    if not rows:
+        return []
+    return ["", "### Kernels that differ from base's", "",
+            "GPU-only traces: per forward, the kernels (by name, cut at the argument list) "
+            f"whose launches differ from base's trace of the same setting by {KERNEL_LAUNCH_DIFF:g} "
+            f"or more, or whose GPU time differs by {KERNEL_US_DIFF:g} µs or more; at most "
+            f"{KERNEL_ROWS} per build, the largest time difference first. A kernel only one "
+            "build launches has 0 in the other's columns; names launched less than once in "
+            "four forwards are not counted.", "",
+            table(["setting", "c", "rank", "kernel", "launches, base", "launches",
+                   "µs, base", "µs", "µs over base's"], rows)]
 
 
 FAULT_COLUMNS = (

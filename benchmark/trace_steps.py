@@ -18,6 +18,10 @@ answers one question: is the step bound by the GPU or by the host?
   for the host to issue it) or before (it waited on something else: a
   stream wait, a copy).  `idle_waiting_on_host_us_per_step` sums the
   former.  Needs no stack; works on a GPU-only trace.
+- **Kernels by name**: each GPU kernel name's launches and GPU time per
+  step (names cut at their argument list; those of fewer than one launch
+  in KERNEL_MIN_STEPS steps left out), so that two builds' traces say which
+  kernels one of them runs more of.
 - **Collectives** (tensor parallelism): the time the GPU spent in
   all-reduce / all-gather kernels.  Such a kernel waits on the GPU for the
   other ranks' matching one, and the trace counts that wait as busy; so at
@@ -56,6 +60,9 @@ GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
 RUNTIME_CATS = ("cuda_runtime", "cuda_driver")
 GAP_CHARGED_US = 20.0  # smaller gaps are launch latency, not host work
 GAP_BUCKETS_US = (5, 20, 50, 200, 1000)
+# gpu_kernels_by_name keeps a name launched at least once in this many steps
+KERNEL_MIN_STEPS = 4
+KERNEL_NAME_CHARS = 120
 # kernel-name marks of collectives: NCCL's kernels, sglang's custom
 # all-reduce (cross_device_reduce_*) and the other all_reduce_* kernels
 COLLECTIVE_MARKS = ("nccl", "all_reduce", "allreduce", "cross_device_reduce",
@@ -366,6 +373,38 @@ def host_self_time(events, thread, frames, steps):
                                                       for k, v in by_frame.most_common(15)}}
 
 
+def kernel_name(name):
+    """A kernel's name without its argument list and return type, cut to
+    KERNEL_NAME_CHARS: `void at::native::f<float>(int, float*)` ->
+    `at::native::f<float>`."""
+    name = name.removeprefix("void ")
+    depth = 0
+    for i, ch in enumerate(name):
+        if ch == "<":
+            depth += 1
+        elif ch == ">":
+            depth -= 1
+        elif ch == "(" and depth == 0:
+            name = name[:i]
+            break
+    return name[:KERNEL_NAME_CHARS]
+
+
+def kernels_by_name(gpu, steps):
+    """{kernel name: [launches per step, GPU µs per step]}, the most GPU
+    time first, leaving out names launched fewer than steps /
+    KERNEL_MIN_STEPS times."""
+    count, us = collections.Counter(), collections.Counter()
+    for e in gpu:
+        if e["cat"] == "kernel":
+            name = kernel_name(e["name"])
+            count[name] += 1
+            us[name] += float(e["dur"])
+    return {name: [per_step(count[name], steps), per_step(us[name], steps)]
+            for name, _ in us.most_common()
+            if count[name] * KERNEL_MIN_STEPS >= steps}
+
+
 def summarize(events, steps):
     gpu = complete(events, GPU_CATS)
     if not gpu:
@@ -387,6 +426,7 @@ def summarize(events, steps):
         "gpu_idle_us_per_step": per_step(window - busy, steps),
         "gpu_busy_fraction": round(busy / window, 4) if window else None,
         "gpu_kernels_per_step": per_step(sum(1 for e in gpu if e["cat"] == "kernel"), steps),
+        "gpu_kernels_by_name": kernels_by_name(gpu, steps),
         "device_to_host_copies_per_step": per_step(sum(1 for e in gpu if is_device_to_host(e)), steps),
         "gpu_collective_us_per_step": per_step(sum(float(e["dur"]) for e in gpu
                                                    if is_collective(e)), steps),

@@ -242,6 +242,30 @@ def test_profile_page_says_what_ended_the_idle_gaps_largest_first():
     assert "### What ended the idle gaps" not in report.render(data, "x.json")
 
 
+def test_profile_page_lists_the_kernels_a_build_runs_more_or_less_of_than_base():
+    data = {"card": "GPU", "date": "2026-11-29", "model_preset": "small", "runs": [],
+            "greedy_equivalence": [],
+            "profiles": [_profile("base", False), _profile("patched", False),
+                         _profile("patched", True)]}
+    data["profiles"][0]["gpu_kernels_by_name"] = {
+        "gemm": [64.0, 4000.0], "copy<long>": [2.0, 6.0], "fill": [1.0, 3.0],
+        "norm": [32.0, 300.0]}
+    data["profiles"][1]["gpu_kernels_by_name"] = {
+        "gemm": [64.0, 4001.0], "copy<long>": [4.0, 12.0], "relay": [1.0, 2.5],
+        "norm": [32.0, 290.0]}
+    page = report.render(data, "x.json")
+    kernels = page.split("### Kernels that differ from base's", 1)[1].split("\n#", 1)[0]
+    rows = [line for line in kernels.splitlines() if line.startswith("| patched")]
+    # gemm's 1 µs is under the threshold; a stack trace is never paired
+    assert rows == [
+        "| patched EAGLE3 default pcg | 1 | 0 | `norm` | 32.0 | 32.0 | 300.0 | 290.0 | -10.0 |",
+        "| patched EAGLE3 default pcg | 1 | 0 | `copy<long>` | 2.0 | 4.0 | 6.0 | 12.0 | 6.0 |",
+        "| patched EAGLE3 default pcg | 1 | 0 | `fill` | 1.0 | 0 | 3.0 | 0.0 | -3.0 |",
+        "| patched EAGLE3 default pcg | 1 | 0 | `relay` | 0 | 1.0 | 0.0 | 2.5 | 2.5 |"]
+    del data["profiles"][0]["gpu_kernels_by_name"]  # a trace read before the measure
+    assert "### Kernels that differ" not in report.render(data, "x.json")
+
+
 def test_tensor_parallel_profiles_name_the_rank_whose_host_set_the_pace():
     """Rank 0's GPU is busy 3000 of 4000 us, 2500 of them in collectives
     (waiting for rank 1); rank 1's GPU idles 3200 us: rank 1 sets the pace."""

@@ -70,6 +70,19 @@ def test_gpu_busy_idle_gaps_and_host_calls():
     assert list(s["runtime_calls"])[0] == "cudaStreamSynchronize"  # most host time first
 
 
+def test_kernels_are_counted_by_name_without_their_arguments():
+    s = trace_steps.summarize(two_step_trace(), steps=2)
+    # the device-to-host copy is no kernel; the most GPU time first
+    assert s["gpu_kernels_by_name"] == {"draft": [1.0, 75.0], "verify": [0.5, 50.0],
+                                        "sample": [0.5, 50.0], "extend": [0.5, 40.0]}
+    assert trace_steps.kernel_name(
+        "void at::native::f<at::native::g<long>(int)>(int, float*)") == \
+        "at::native::f<at::native::g<long>(int)>"
+    # a kernel launched less than once in KERNEL_MIN_STEPS steps is left out
+    once = [gpu("rare", 0, 5)] + [gpu("steady", 10 * i, 5) for i in range(8)]
+    assert list(trace_steps.summarize(once, steps=8)["gpu_kernels_by_name"]) == ["steady"]
+
+
 def test_idle_gaps_are_charged_to_the_scheduler_frame_and_loop_phase():
     p = trace_steps.summarize(two_step_trace(), steps=2)["python"]
     # gap 1 (300 us) is inside torch's tolist: charged to the innermost
