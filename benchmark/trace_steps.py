@@ -376,17 +376,17 @@ def host_self_time(events, thread, frames, steps):
 def kernel_name(name):
     """A kernel's name without its argument list and return type, cut to
     KERNEL_NAME_CHARS: `void at::native::f<float>(int, float*)` ->
-    `at::native::f<float>`."""
+    `at::native::f<float>`. The argument list is the parenthesized group
+    that ends the name, so `(anonymous namespace)` and parentheses inside
+    template arguments stay."""
     name = name.removeprefix("void ")
-    depth = 0
-    for i, ch in enumerate(name):
-        if ch == "<":
-            depth += 1
-        elif ch == ">":
-            depth -= 1
-        elif ch == "(" and depth == 0:
-            name = name[:i]
-            break
+    if name.endswith(")"):
+        depth = 0
+        for i in range(len(name) - 1, -1, -1):
+            depth += {")": 1, "(": -1}.get(name[i], 0)
+            if depth == 0:
+                name = name[:i]
+                break
     return name[:KERNEL_NAME_CHARS]
 
 

@@ -78,6 +78,11 @@ def test_kernels_are_counted_by_name_without_their_arguments():
     assert trace_steps.kernel_name(
         "void at::native::f<at::native::g<long>(int)>(int, float*)") == \
         "at::native::f<at::native::g<long>(int)>"
+    # PyTorch's kernels in anonymous namespaces keep their own names
+    assert trace_steps.kernel_name(
+        "void at::native::(anonymous namespace)::fill<int>(int*, int)") == \
+        "at::native::(anonymous namespace)::fill<int>"
+    assert trace_steps.kernel_name("_fused_metadata_kernel") == "_fused_metadata_kernel"
     # a kernel launched less than once in KERNEL_MIN_STEPS steps is left out
     once = [gpu("rare", 0, 5)] + [gpu("steady", 10 * i, 5) for i in range(8)]
     assert list(trace_steps.summarize(once, steps=8)["gpu_kernels_by_name"]) == ["steady"]
