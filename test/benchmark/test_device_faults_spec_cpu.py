@@ -2,6 +2,7 @@
 stand-in python3 and nvidia-smi: which shape or backend runs on which GPUs,
 in which order, with which options."""
 
+import pytest
 from device_stub import opt, run_script
 
 
@@ -38,10 +39,11 @@ def test_faults_on_four_gpus_run_every_shape_at_once(tmp_path):
         ("disagg", "1"), ("tp1", "0"), ("tp2", "2,3")]
 
 
-def test_faults_take_a_subset_and_refuse_an_unknown_shape(tmp_path):
-    res, runs = device(tmp_path, "device_faults.sh", 2, SHAPES="tp2")
+@pytest.mark.parametrize("gpus, shape, devices", [(2, "tp2", "0,1"), (1, "disagg", "0")])
+def test_faults_give_one_shape_asked_for_the_whole_call(tmp_path, gpus, shape, devices):
+    res, runs = device(tmp_path, "device_faults.sh", gpus, SHAPES=shape)
     assert res.returncode == 0, res.stdout + res.stderr
-    assert [(shape_of(a), g) for g, a in runs] == [("tp2", "0,1")]
+    assert [(shape_of(a), g) for g, a in runs] == [(shape, devices)]
     assert int(opt(runs[0][1], "--deadline-s")) > 400
 
 
@@ -141,13 +143,6 @@ def test_faults_on_one_gpu_run_the_one_gpu_shapes_in_turn(tmp_path):
     # the first leaves the second at least as much time as it takes
     assert int(opt(tp1, "--deadline-s")) <= 240 < int(opt(disagg, "--deadline-s"))
     assert opt(tp1, "--port-base") != opt(disagg, "--port-base")
-
-
-def test_faults_on_one_gpu_give_one_shape_the_whole_call(tmp_path):
-    res, runs = device(tmp_path, "device_faults.sh", 1, SHAPES="disagg")
-    assert res.returncode == 0, res.stdout + res.stderr
-    assert [(shape_of(a), g) for g, a in runs] == [("disagg", "0")]
-    assert int(opt(runs[0][1], "--deadline-s")) > 400
 
 
 def test_faults_on_one_gpu_refuse_tp2_before_installing(tmp_path):
