@@ -9,9 +9,12 @@ A call whose servers all run with `--server-arg=--enable-request-time-stats-logg
     type=unified): queue_duration=1.23ms, forward_duration=456.78ms, entry_time=...
 
 An aggregated server's `queue_duration` runs from the request's entry into
-the waiting queue to the prefill forward that takes it in; a decode-only
+the waiting queue to the prefill forward that takes it in. A decode-only
 server's line splits the time before its first forward into
-`prealloc_duration` (until its KV is preallocated and its transfer begins),
+`bootstrap_duration` (from its entry into the preallocation queue until its
+handshake with the prefill side is done), `alloc_wait_duration` (until its
+KV is preallocated and its transfer begins; a request whose handshake time
+was not recorded gives `prealloc_queue_duration` for both),
 `transfer_duration` (until the transfer is done and it waits to join) and
 `queue_duration` (until the prebuilt batch that joins it to the running
 decode). `forward_duration` runs from there to its last token. So where a
@@ -23,8 +26,10 @@ after that took longer.
 
 DIR holds the call's `server-<setting>.log` files at any depth (the
 unpacked server-logs.tgz of benchmark/device_compare.sh). --output-len keeps
-only the requests of that many output tokens (bench_serving's, apart from
-the greedy check's). Prints, per build, each duration's median, 90th
+only the requests of at least that many output tokens (bench_serving's,
+apart from the greedy check's shorter ones): a speculative server counts
+the tokens its last verify accepted past the request's limit too, so a
+bench request of 256 tokens can log 258. Prints, per build, each duration's median, 90th
 percentile and mean in ms over its requests and, with --out, writes the
 same as JSON.
 """
@@ -39,8 +44,8 @@ from decode_log import find_logs, run_probe  # what the log probes share
 STATS_LINE = re.compile(r"ReqTimeStats\(rid=[^,]*,.*?output_len=(\d+), type=(\w+)\): (.*)$")
 DURATION = re.compile(r"(\w+_duration)=(-?[0-9.]+)ms")
 # the order the stages come in; a field sglang adds later sorts after these
-ORDER = ("prealloc_duration", "transfer_duration", "bootstrap_duration",
-         "alloc_wait_duration", "bootstrap_queue_duration", "queue_duration",
+ORDER = ("bootstrap_duration", "alloc_wait_duration", "prealloc_queue_duration",
+         "bootstrap_queue_duration", "transfer_duration", "queue_duration",
          "forward_duration")
 
 
@@ -50,7 +55,7 @@ def read_log(path, output_len=None):
     with open(path, errors="replace") as fh:
         for line in fh:
             m = STATS_LINE.search(line)
-            if not m or (output_len is not None and int(m.group(1)) != output_len):
+            if not m or (output_len is not None and int(m.group(1)) < output_len):
                 continue
             types.add(m.group(2))
             for name, value in DURATION.findall(m.group(3)):
@@ -82,7 +87,7 @@ def collect(dir_path, output_len=None):
 
 def table(data):
     kept = ("every request" if data["output_len"] is None
-            else f"requests of {data['output_len']} output tokens")
+            else f"requests of {data['output_len']} or more output tokens")
     out = [f"sglang's per-request time stats ({kept}), ms:", "",
            "| server | type | stage | requests | median | p90 | mean |",
            "|---|---|---|---|---|---|---|"]
@@ -97,7 +102,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("dir")
     ap.add_argument("--output-len", type=int, default=None,
-                    help="keep only the requests of this many output tokens")
+                    help="keep only the requests of at least this many output tokens")
     ap.add_argument("--out", help="also write the numbers as JSON here")
     a = ap.parse_args(argv)
     return run_probe("request_stats_log", a.dir, lambda: collect(a.dir, a.output_len), table,

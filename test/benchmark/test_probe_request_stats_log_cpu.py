@@ -20,12 +20,14 @@ def unified(queue_ms, output_len=256, rank=""):
             f"entry_time=1796000000.123\n")
 
 
-def decode(prealloc_ms, queue_ms):
+def decode(alloc_wait_ms, queue_ms, output_len=256):
+    # as 0.5.12.post1's Req.log_time_stats writes it on a decode-only server
+    # whose handshake time was recorded
     return ("[2026-11-29 01:02:03] ReqTimeStats(rid=77, bootstrap_room=12, input_len=256, "
-            "cached_input_len=0, output_len=256, type=decode): "
-            f"prealloc_duration={prealloc_ms:.2f}ms, transfer_duration=0.50ms, "
-            f"queue_duration={queue_ms:.2f}ms, forward_duration=650.00ms, "
-            "entry_time=1796000000.456\n")
+            f"cached_input_len=0, output_len={output_len}, type=decode): "
+            f"bootstrap_duration=0.25ms, alloc_wait_duration={alloc_wait_ms:.2f}ms, "
+            f"transfer_duration=0.50ms, queue_duration={queue_ms:.2f}ms, "
+            "forward_duration=650.00ms, entry_time=1796000000.456\n")
 
 
 def test_stages_per_server_in_their_order(tmp_path):
@@ -36,7 +38,10 @@ def test_stages_per_server_in_their_order(tmp_path):
         + unified(3.0, rank=" TP0") + unified(2.0)
         + unified(50.0, output_len=64))  # a greedy-check request
     (tmp_path / "server-patched-x.log").write_text(
-        decode(4.0, 2.0) + decode(6.0, 1.0) + decode(8.0, 3.0))
+        # a speculative server logs what its last verify accepted past the
+        # limit: a bench request of 256 tokens can log 258
+        decode(4.0, 2.0, output_len=258) + decode(6.0, 1.0) + decode(8.0, 3.0, output_len=257)
+        + decode(90.0, 9.0, output_len=64))
     (tmp_path / "server-quiet.log").write_text("no time stats here\n")
 
     data = request_stats_log.collect(str(tmp_path), output_len=256)
@@ -46,9 +51,11 @@ def test_stages_per_server_in_their_order(tmp_path):
         "forward_duration": {"requests": 3, "median_ms": 700.0, "p90_ms": 700.0,
                              "mean_ms": 700.0}}}
     assert patched["server"] == "patched-x" and patched["types"] == ["decode"]
-    assert list(patched["durations"]) == ["prealloc_duration", "transfer_duration",
-                                          "queue_duration", "forward_duration"]
-    assert patched["durations"]["prealloc_duration"]["median_ms"] == 6.0
+    assert list(patched["durations"]) == ["bootstrap_duration", "alloc_wait_duration",
+                                          "transfer_duration", "queue_duration",
+                                          "forward_duration"]
+    assert patched["durations"]["alloc_wait_duration"] == {
+        "requests": 3, "median_ms": 6.0, "p90_ms": 8.0, "mean_ms": 6.0}
     # without the filter the greedy check's request counts too
     every = request_stats_log.collect(str(tmp_path))["servers"][0]
     assert every["durations"]["queue_duration"]["requests"] == 4
