@@ -206,6 +206,10 @@ def build_parser():
                    help="max new tokens of each storm request")
     r.add_argument("--fault-deadline-s", type=float,
                    help="the storm's deadline; every storm request times out by then")
+    r.add_argument("--fault-storms", type=int,
+                   help="storms per server, each with its checks and idle pause; side by "
+                   "side the servers take turns, each storm starting with the next server; "
+                   "each record counts the retractions since the server's storm before")
     r.add_argument("--mixed-load", action="store_true",
                    help="after each server's greedy check: new long prompts, one at a time, "
                    "pinned to each DP rank in turn (routed_dp_rank), while every rank "
@@ -315,6 +319,8 @@ def run_options(ns, ap):
                  "otherwise, and a kept one would hold the GPU beside the next")
     check_dp(opts, ap)
     check_speculative(opts, ap)
+    if opts.fault_storms < 1:
+        ap.error("--fault-storms must be at least 1")
     if opts.mixed_load and opts.disaggregation_decode:
         ap.error("--mixed-load needs prefills: not with --disaggregation-decode")
     if opts.fault_grammar_clients and opts.disaggregation_decode:

@@ -94,14 +94,18 @@ class Client:
              "stream": self.kind not in ("abort", "grammar")}, fake_bootstrap)
 
 
-def make_clients(n, vocab, new_tokens, seed, grammar=0):
-    """n clients of the three kinds in turn, then `grammar` grammar clients."""
-    rng = random.Random(seed)
+def make_clients(n, vocab, new_tokens, seed, grammar=0, storm=0):
+    """n clients of the three kinds in turn, then `grammar` grammar clients.
+    Storm k > 0 of a server (e2e.py run --fault-storms) has the same prompts,
+    cut and abort times of its own, and rids of its own: a rid sglang has
+    seen, or one aborted before, is never sent again."""
+    rng = random.Random(seed + 100003 * storm)
     total = n + grammar
     prompts = greedy.make_prompts(total, vocab, seed=seed + 1000)
     width = len(str(max(total - 1, 0)))  # one length: no rid is a prefix of another
+    prefix = f"sglpatch-fault-{seed}-" + (f"s{storm}-" if storm else "")
     return [Client(i, KINDS[i % 3] if i < n else "grammar", prompts[i], new_tokens,
-                   rng.uniform(0.05, 2.0), f"sglpatch-fault-{seed}-{i:0{width}d}")
+                   rng.uniform(0.05, 2.0), f"{prefix}{i:0{width}d}")
             for i in range(total)]
 
 

@@ -71,6 +71,7 @@ class RunOptions:
     fault_idle_s: float = 20.0
     fault_new_tokens: int = 1024
     fault_deadline_s: float = 180.0
+    fault_storms: int = 1
     # --mixed-load
     mixed_load: bool = False
     mix_decodes: int = 4

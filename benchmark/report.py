@@ -469,13 +469,18 @@ GRAMMAR_COLUMNS = (("grammar clients", "grammar_clients"), ("grammar exact", "gr
 
 
 def faults_section(data):
-    cols, grammar = FAULT_COLUMNS, ""
+    cols, grammar, storms = FAULT_COLUMNS, "", ""
     if any(f.get("grammar_clients") for f in data["faults"]):
         after = [k for _, k in cols].index("errors") + 1  # beside the outcome counts
         cols = cols[:after] + GRAMMAR_COLUMNS + cols[after:]
         grammar = (" Grammar clients generate under a regex that one token sequence meets "
                    "(they count in completed or errors too); exact = those that completed "
                    "with it.")
+    several = any(f.get("storm") for f in data["faults"])
+    if several:  # e2e.py run --fault-storms N
+        cols = (("storm", "storm"),) + cols
+        storms = (" With several storms per server, storm k of each server counts the "
+                  "retractions since its storm k − 1.")
     rows = [[setting(f)] + [f.get(k) for _, k in cols] for f in data["faults"]]
     out = ["## Load and faults", "",
            "Per server (`--faults`): a storm of clients (a third cut mid-stream, a third "
@@ -485,13 +490,35 @@ def faults_section(data):
            "gap = longest time no storm client got a byte from the server; TTFB = a "
            "streamed request's time to its first byte; retracted requests = the "
            "requests those retractions took (one retraction may take several); loads unanswered = polls of "
-           "/v1/loads (one a second) the scheduler did not answer." + grammar, "",
+           "/v1/loads (one a second) the scheduler did not answer." + grammar + storms, "",
            table(["setting"] + [h for h, _ in cols], rows)]
+    if several:
+        out += storm_totals(data["faults"])
     msgs = [f"{setting(f)}: {m}" for f in data["faults"]
             for m in f.get("error_messages", []) + f.get("greedy_errors", [])]
     if msgs:
         out += ["", "First errors per server:", ""] + [f"- {cell(m)}" for m in msgs]
     return out
+
+
+def storm_totals(records):
+    """Each server's storms together: how often it retracted, and what."""
+    by = {}
+    for f in records:
+        by.setdefault((setting(f), f.get("call")), []).append(f)
+    rows = []
+    for (name, call), fs in by.items():
+        lines = [f.get("retractions") for f in fs]
+        reqs = [f.get("retracted_requests") for f in fs]
+        known = None not in lines and None not in reqs
+        gaps = [f["max_output_gap_s"] for f in fs if f.get("max_output_gap_s") is not None]
+        rows.append([name, len(fs), sum(f.get("completed", 0) for f in fs),
+                     sum(lines) if known else None, sum(reqs) if known else None,
+                     round(sum(lines) / len(fs), 2) if known else None,
+                     max(gaps) if gaps else None, call])
+    return ["", "### Each server's storms together", "",
+            table(["setting", "storms", "completed", "retractions", "retracted requests",
+                   "retractions per storm", "largest max output gap s", "call"], rows)]
 
 
 def setup_lines(data):

@@ -24,10 +24,11 @@ GREEDY_KEY = ("variant", "attention_backend", "overlap", "piecewise_cuda_graph",
 # dp: sglang's --dp-size where above 1, dp_attention: True with
 # --enable-dp-attention; absent, a server without data parallelism;
 # token_map: True where the EAGLE servers ran FR-Spec; speculative: a
-# greedy-equivalence entry without it compared EAGLE3 with no speculation)
+# greedy-equivalence entry without it compared EAGLE3 with no speculation;
+# storm: a fault record without it was its server's only storm)
 KEY_DEFAULTS = {"tp": 1, "rank": 0, "disaggregation": None, "spec_params": None,
                 "dp": None, "dp_attention": None, "token_map": None,
-                "speculative": "EAGLE3"}
+                "speculative": "EAGLE3", "storm": 0}
 # a record's `speculative`: EAGLE3 (the pair's draft), EAGLE (the EAGLE v1
 # draft, with `token_map` FR-Spec) or none
 SPECULATIVE = ("EAGLE3", "EAGLE", "none")
@@ -113,7 +114,7 @@ PROFILE_KEY = RUN_KEY + ("with_stack", "rank")
 GREEDY_RUN_KEY = GREEDY_KEY  # `speculative` included
 KEYED = (("runs", RUN_KEY), ("greedy_equivalence", GREEDY_KEY),
          ("greedy_runs", GREEDY_RUN_KEY), ("accept_sweep", SWEEP_KEY),
-         ("profiles", PROFILE_KEY), ("faults", GREEDY_RUN_KEY),
+         ("profiles", PROFILE_KEY), ("faults", GREEDY_RUN_KEY + ("storm",)),
          ("mixed_load", GREEDY_RUN_KEY))
 
 
@@ -387,6 +388,8 @@ def validate(data):
         need(f, "alive", bool, w)
         for k in ("clients", "completed", "disconnected", "aborted", "errors"):
             need(f, k, int, w)
+        if "storm" in f:
+            need(f, "storm", int, w)
 
 
 def _setting(r):

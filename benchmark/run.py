@@ -414,12 +414,12 @@ def serve_group(st, opts: RunOptions, group, target, draft, vocab):
             for m in group:
                 mixed_check(st, opts, m, vocab)
         if opts.faults:
-            for m in group:
+            for storm, m in storm_order(group, opts.fault_storms):
                 if st.time_left() < opts.fault_deadline_s + opts.fault_idle_s + 60:
-                    st.log(f"  deadline: no fault check of {m.tag}")
-                    st.errors.append(f"faults not run (deadline): {m.tag}")
+                    st.log(f"  deadline: no fault check of {m.tag} (storm {storm})")
+                    st.errors.append(f"faults not run (deadline): {m.tag} (storm {storm})")
                     continue
-                fault_check(st, opts, m, vocab)
+                fault_check(st, opts, m, vocab, storm)
         for c, stack, m in profile_order(group, opts):
             profile_point(st, opts, m, c, stack, vocab)
         if opts.no_bench:
@@ -539,12 +539,22 @@ def greedy_off_chain(st, opts: RunOptions, m, what):
     return st.prompts_off_chain(ids), None
 
 
-def fault_check(st, opts: RunOptions, m, vocab):
+def storm_order(members, storms):
+    """(storm, member) in the order the storms run: storm k goes over the
+    servers starting with the k-th (mod their number), so that with several
+    storms no build always storms first, right after the greedy checks, or
+    last, after the others' storms warmed the machine."""
+    n = len(members)
+    return [(k, members[(k + i) % n]) for k in range(storms) for i in range(n)]
+
+
+def fault_check(st, opts: RunOptions, m, vocab, storm=0):
     """--faults: a storm of clients (cut, aborted, complete; grammar ones
     with --fault-grammar-clients) with a greedy check running through it, an
-    idle pause, a last greedy check, liveness."""
+    idle pause, a last greedy check, liveness. The record's retractions are
+    the server's since its storm before (its first: since it started)."""
     clients = faults.make_clients(opts.fault_clients, vocab, opts.fault_new_tokens, opts.seed,
-                                  grammar=opts.fault_grammar_clients)
+                                  grammar=opts.fault_grammar_clients, storm=storm)
     t0 = time.time()
     out = {}
     th = threading.Thread(target=lambda: out.update(faults.storm(
@@ -567,6 +577,10 @@ def fault_check(st, opts: RunOptions, m, vocab):
     after, err_after = greedy_off_chain(st, opts, m, "after the idle pause")
     alive, health = m.srv.alive()
     retract_lines, retracted = faults.count_retractions(m.srv.log_path)
+    seen_lines, seen_reqs = getattr(m, "retractions_seen", (0, 0))
+    if retract_lines is not None:
+        m.retractions_seen = (retract_lines, retracted)
+        retract_lines, retracted = retract_lines - seen_lines, retracted - seen_reqs
     var, be, ov, spec, pw = m.greedy_key
     entry = {"variant": var, "attention_backend": be, "speculative": spec, "overlap": ov,
              "piecewise_cuda_graph": pw, **deployment_fields(opts), **out,
@@ -576,11 +590,13 @@ def fault_check(st, opts: RunOptions, m, vocab):
              "idle_s": opts.fault_idle_s, "alive": alive, "health_status": health,
              "retractions": retract_lines, "retracted_requests": retracted,
              "new_tokens": opts.fault_new_tokens, "check_s": round(time.time() - t0, 1),
+             "storm": storm,
              # since the server started: the greedy checks, the storm and the idle pause
              **truth_counts(m)}
     st.faults.append(entry)
-    st.log(f"  {m.tag}: after {opts.fault_idle_s:g}s idle: greedy {after} off chain, alive "
-           f"{alive} (/health {health}), retractions {retract_lines} ({retracted} requests)")
+    st.log(f"  {m.tag}: storm {storm}, after {opts.fault_idle_s:g}s idle: greedy {after} off "
+           f"chain, alive {alive} (/health {health}), retractions {retract_lines} "
+           f"({retracted} requests)")
     for e in entry["greedy_errors"]:
         st.errors.append(f"faults {m.tag}: {e}")
     if not alive:

@@ -157,6 +157,9 @@ LAUNCH_SERVER = textwrap.dedent('''
             if self.path == "/abort_request":
                 aborted.add(req["rid"])
                 note({"abort": req["rid"]})
+                if os.environ.get("FAKE_RETRACT_ON_ABORT"):  # sglang's line, rank 0's
+                    print("[2026-11-29 10:00:00 TP0] KV cache pool is full. Retract "
+                          "requests. #retracted_reqs: 2, #new_tokens_gained: 64", flush=True)
                 return self._send({})
             if self.path != "/generate":
                 return self._send({"success": True})

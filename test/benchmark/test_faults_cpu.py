@@ -79,6 +79,53 @@ def test_fault_record_carries_the_truth_counts_of_the_whole_check(tmp_path):
     assert len(grammar) == 2 * len(data["faults"]) and {g["finish"] for g in grammar} == {"stop"}
 
 
+@pytest.mark.slow
+def test_several_storms_take_turns_and_count_their_own_retractions(tmp_path):
+    # the stand-in logs one retraction of 2 requests per abort it receives:
+    # each storm's record holds its own 4 aborts' retractions, not the
+    # server's running total
+    events, data = run_e2e(tmp_path, *FAULTS, "--fault-storms", "2",
+                           env={"FAKE_TOKEN_S": "0.01", "FAKE_RETRACT_ON_ABORT": "1"},
+                           token_map=True)
+    assert not data.get("errors")
+    recs = data["faults"]
+    assert [(f["variant"], f["storm"]) for f in recs] == [
+        ("base", 0), ("upstream-0.5.13", 0), ("upstream-0.5.13", 1), ("base", 1)]
+    for f in recs:
+        assert (f["retractions"], f["retracted_requests"]) == (4, 8)
+        assert (f["completed"], f["disconnected"], f["aborted"]) == (4, 4, 4)
+        assert f["alive"] is True
+    # what the servers saw: the storms in that order, one after another
+    port_of = {int(e["argv"][e["argv"].index("--port") + 1]): e["argv"]
+               for e in events if e["event"] == "up"}
+    aborts = [e["port"] for e in events if isinstance(e["event"], dict) and "abort" in e["event"]]
+    turns = [aborts[i] for i in range(0, len(aborts), 4)]
+    assert len(aborts) == 16 and all(aborts[i:i + 4] == [turns[i // 4]] * 4
+                                     for i in range(0, 16, 4))
+    assert turns[0] == turns[3] != turns[1] == turns[2] and set(turns) == set(port_of)
+
+
+def test_storm_order_starts_each_storm_with_the_next_server():
+    import run
+
+    assert run.storm_order(["b", "p", "c"], 1) == [(0, "b"), (0, "p"), (0, "c")]
+    assert run.storm_order(["b", "p", "c"], 3) == [
+        (0, "b"), (0, "p"), (0, "c"), (1, "p"), (1, "c"), (1, "b"),
+        (2, "c"), (2, "b"), (2, "p")]
+
+
+def test_fewer_than_one_storm_is_refused(tmp_path):
+    import subprocess
+
+    from standin_sglang import E2E
+
+    res = subprocess.run([sys.executable, E2E, "run", "--work-dir", str(tmp_path),
+                          "--preset", "tiny", "--faults", "--fault-storms", "0"],
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 2 and "--fault-storms" in res.stderr, res.stderr
+    assert not (tmp_path / "models-tiny").exists()
+
+
 def test_a_stalled_server_shows_in_silence_and_first_byte(tmp_path):
     # and a disaggregated decode server: every storm request carries the fake
     # transfer's bootstrap host, the greedy prompts are checked on their own chain
@@ -135,6 +182,18 @@ def test_no_storm_rid_is_a_prefix_of_another():
         rids = [c.rid for c in faults.make_clients(n, 50, 8, seed=1, grammar=grammar)]
         assert len(set(rids)) == n + grammar
         assert not [(a, b) for a in rids for b in rids if a != b and b.startswith(a)]
+
+
+def test_each_storm_of_a_server_has_its_own_rids_and_times_and_the_same_prompts():
+    storms = [faults.make_clients(12, 50, 8, seed=1, storm=k) for k in range(3)]
+    rids = [c.rid for clients in storms for c in clients]
+    assert len(set(rids)) == 36  # no rid of an earlier storm is sent again
+    assert not [(a, b) for a in rids for b in rids if a != b and b.startswith(a)]
+    assert [c.rid for c in storms[0]] == [c.rid for c in faults.make_clients(12, 50, 8, seed=1)]
+    for clients in storms[1:]:
+        assert [c.prompt for c in clients] == [c.prompt for c in storms[0]]
+        assert [c.kind for c in clients] == [c.kind for c in storms[0]]
+        assert [c.delay_s for c in clients] != [c.delay_s for c in storms[0]]
 
 
 def test_grammar_clients_come_after_the_storms_kinds_and_ask_for_the_regex():
@@ -243,6 +302,37 @@ def test_fault_records_validate_pool_and_render():
     bad = dict(data, faults=[dict(FAULT, alive="yes")])
     with pytest.raises(ValueError, match="alive"):
         results.validate(bad)
+
+
+def test_storms_of_one_server_are_kept_apart_and_summed_on_the_page():
+    import report
+    import results
+
+    storms = [dict(FAULT, storm=k, retractions=r, retracted_requests=r, completed=c,
+                   max_output_gap_s=g)
+              for k, r, c, g in ((0, 14, 39, 0.08), (1, 16, 40, 0.16), (2, 18, 38, 0.1))]
+    base = [dict(FAULT, variant="base", storm=k, retractions=5, retracted_requests=5)
+            for k in range(3)]
+    data = {"card": "H200", "date": "2026-11-29", "model_preset": "small", "runs": [],
+            "greedy_equivalence": [], "faults": storms + base}
+    results.validate(data)
+    # one server's storms share every other key field: merging keeps all three
+    merged = results.merge(None, data)
+    merged = results.merge(merged, dict(data, faults=[dict(storms[1], completed=41)]))
+    assert [(f["variant"], f["storm"], f["completed"]) for f in merged["faults"]] == [
+        ("patched", 0, 39), ("patched", 1, 41), ("patched", 2, 38),
+        ("base", 0, 21), ("base", 1, 21), ("base", 2, 21)]
+    page = report.render(data, "x.json")
+    assert "| patched EAGLE3 triton pcg tp2 | 1 | 64 | 40 |" in page  # the storm column
+    # setting, storms, completed, retractions, retracted requests, per storm,
+    # largest max output gap
+    assert "| patched EAGLE3 triton pcg tp2 | 3 | 117 | 48 | 48 | 16.0 | 0.16 |" in page
+    assert "| base EAGLE3 triton pcg tp2 | 3 | 63 | 15 | 15 | 5.0 |" in page
+    # one storm per server: neither the column nor the totals
+    single = report.render(dict(data, faults=[FAULT]), "x.json")
+    assert "storms together" not in single and "| storm |" not in single
+    with pytest.raises(ValueError, match="storm"):
+        results.validate(dict(data, faults=[dict(FAULT, storm="1")]))
 
 
 def test_servers_of_a_storm_with_grammar_clients_get_the_grammar_backend():
