@@ -282,6 +282,8 @@ class Member:
         self.tag = f"{var}-{be}-ov{int(ov)}-{spec}-pcg{int(pw)}"
         self.srv = None
         self.nprompts = {}  # concurrency -> bench prompts (only grows)
+        # (retraction lines, requests) its log held after its last storm
+        self.retractions_seen = (0, 0)
 
     @property
     def greedy_key(self):
@@ -548,7 +550,7 @@ def storm_order(members, storms):
     return [(k, members[(k + i) % n]) for k in range(storms) for i in range(n)]
 
 
-def fault_check(st, opts: RunOptions, m, vocab, storm=0):
+def fault_check(st, opts: RunOptions, m, vocab, storm):
     """--faults: a storm of clients (cut, aborted, complete; grammar ones
     with --fault-grammar-clients) with a greedy check running through it, an
     idle pause, a last greedy check, liveness. The record's retractions are
@@ -577,7 +579,7 @@ def fault_check(st, opts: RunOptions, m, vocab, storm=0):
     after, err_after = greedy_off_chain(st, opts, m, "after the idle pause")
     alive, health = m.srv.alive()
     retract_lines, retracted = faults.count_retractions(m.srv.log_path)
-    seen_lines, seen_reqs = getattr(m, "retractions_seen", (0, 0))
+    seen_lines, seen_reqs = m.retractions_seen
     if retract_lines is not None:
         m.retractions_seen = (retract_lines, retracted)
         retract_lines, retracted = retract_lines - seen_lines, retracted - seen_reqs
