@@ -33,7 +33,7 @@ def parse_variant(spec):
     name, _, site = spec.partition("=")
     if not results.is_variant(name):
         raise SystemExit(f"unknown variant {name!r}: one of {results.VARIANTS}, "
-                         "patched-through-NNNN or candidate-NAME")
+                         f"{results.BASE_AGAIN}, patched-through-NNNN or candidate-NAME")
     if (results.THROUGH.match(name) or results.CANDIDATE.match(name)) and not site:
         raise SystemExit(f"{name} needs =SITE (a site with those patches applied)")
     return name, (os.path.abspath(site) if site else None)

@@ -19,6 +19,9 @@
 #     trial patch benchmark/candidates/NAME.patch (not in the series; its
 #     README says why each one waits), one more server of the comparison;
 #     candidate-A+B has trial patches A and then B on top of the series
+#   - the variant base-again is a second unpatched server from base's site,
+#     with SIDE_BY_SIDE one more server of the comparison: an A/A control of
+#     what a server's place (its CPU set, its turn) alone does to its numbers
 #   - HOST_TIME=1: every build under test loads the host-time probe
 #     (benchmark/probes/host_time.py: host wall time per scheduler iteration,
 #     by function, per rank) -> host-time.tgz and a side-by-side table in
@@ -81,6 +84,10 @@ args=() partial=() UP_SITE= UP_NAME=
 for v in ${VARIANTS//,/ }; do
   case $v in
     base) kit_install "$KIT" "$S/sb" 0.5.12.post1 || exit 3; args+=(--variant "base=$S/sb") ;;
+    base-again)
+      # an A/A control: a second unpatched server from base's site, under
+      # its own name and on its own place in the comparison
+      kit_install "$KIT" "$S/sb" 0.5.12.post1 || exit 3; args+=(--variant "base-again=$S/sb") ;;
     patched)
       kit_install "$KIT" "$S/sb" 0.5.12.post1 || exit 3
       patched_site "$S/sb" "$S/sp" || exit 4

@@ -33,6 +33,11 @@ KEY_DEFAULTS = {"tp": 1, "rank": 0, "disaggregation": None, "spec_params": None,
 # draft, with `token_map` FR-Spec) or none
 SPECULATIVE = ("EAGLE3", "EAGLE", "none")
 VARIANTS = ("base", "patched", "upstream-0.5.13")
+# A second server of unpatched 0.5.12.post1 from base's own site, measured
+# beside the others: an A/A control. Its ratio to base is what the
+# comparison's placement (CPU set, place in the turn) alone makes of two
+# copies of one build.
+BASE_AGAIN = "base-again"
 # Upstream sglang of a release, unpatched: upstream-X.Y.Z or upstream-X.Y.Z.postN
 # (device_compare.sh installs each from a kit of that version).
 UPSTREAM = re.compile(r"upstream-(\d+)\.(\d+)\.(\d+)(?:\.post(\d+))?$")
@@ -46,13 +51,15 @@ CANDIDATE = re.compile(r"candidate-([a-z0-9][a-z0-9-]*(?:\+[a-z0-9][a-z0-9-]*)*)
 
 
 def is_variant(name):
-    return name in VARIANTS or bool(THROUGH.match(str(name))) \
+    return name in VARIANTS or name == BASE_AGAIN or bool(THROUGH.match(str(name))) \
         or bool(CANDIDATE.match(str(name))) or bool(UPSTREAM.match(str(name)))
 
 
 def variant_order(name):
-    """Sort key: base, the partial series by length, patched, trial patches
-    (by name), upstream releases (by version)."""
+    """Sort key: base, its A/A copy, the partial series by length, patched,
+    trial patches (by name), upstream releases (by version)."""
+    if name == BASE_AGAIN:
+        return (0, 1)
     m = THROUGH.match(str(name))
     if m:
         return (1, int(m.group(1)))

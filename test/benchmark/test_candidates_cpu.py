@@ -122,3 +122,12 @@ def _their_tests_pass(tmp_path, site, patches, importer):
 @pytest.mark.parametrize("patch", PATCHES, ids=os.path.basename)
 def test_trial_patch_applies_on_the_series_and_its_tests_pass(patch, tmp_path, importer):
     _their_tests_pass(tmp_path, _site_with(tmp_path, [patch]), [patch], importer)
+
+
+def test_base_again_is_a_variant_beside_base():
+    """The A/A control: a second unpatched server, named, with base's site."""
+    assert results.is_variant("base-again")
+    assert builds.parse_variant("base-again=/tmp/x") == ("base-again", "/tmp/x")
+    assert not results.is_variant("base-again-2")
+    order = sorted(["patched", "candidate-a", "base-again", "base"], key=results.variant_order)
+    assert order == ["base", "base-again", "patched", "candidate-a"]

@@ -164,3 +164,16 @@ def test_a_trial_patch_stack_runs_from_its_site_and_a_missing_one_is_refused(tmp
                            "--concurrency", "1")
     assert res.returncode == 2 and runs == []
     assert "benchmark/candidates/nope.patch" in res.stderr
+
+
+def test_base_again_is_a_second_server_of_base_site(tmp_path):
+    """base-again: an A/A control, a second unpatched server from base's own
+    site under its own name, in the place the call gives it."""
+    k = kit(tmp_path, ".kit", "sglang-0.5.12.post1-cp312-cp312-manylinux_2_34_x86_64.whl")
+    res, runs, pips = compare(tmp_path, k, "base,patched,base-again", "--concurrency", "1",
+                              SIDE_BY_SIDE="3", KV_TOKENS="60000")
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert not (tmp_path / "sb-again").exists() and pips in ([], [f"{tmp_path}/sb"])
+    ((run),) = runs
+    assert variants(run) == [f"base={tmp_path}/sb", f"patched={tmp_path}/sp",
+                             f"base-again={tmp_path}/sb"]
