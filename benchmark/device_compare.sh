@@ -83,11 +83,9 @@ gpu_env
 args=() partial=() UP_SITE= UP_NAME=
 for v in ${VARIANTS//,/ }; do
   case $v in
-    base) kit_install "$KIT" "$S/sb" 0.5.12.post1 || exit 3; args+=(--variant "base=$S/sb") ;;
-    base-again)
-      # an A/A control: a second unpatched server from base's site, under
-      # its own name and on its own place in the comparison
-      kit_install "$KIT" "$S/sb" 0.5.12.post1 || exit 3; args+=(--variant "base-again=$S/sb") ;;
+    base|base-again)
+      # base-again, an A/A control: a second server from base's own site
+      kit_install "$KIT" "$S/sb" 0.5.12.post1 || exit 3; args+=(--variant "$v=$S/sb") ;;
     patched)
       kit_install "$KIT" "$S/sb" 0.5.12.post1 || exit 3
       patched_site "$S/sb" "$S/sp" || exit 4
