@@ -207,6 +207,12 @@ def paired_section(data):
         "Each trial patch's server (the patched build and that patch, "
         "`benchmark/candidates/`) paired with the patched build's in the same "
         "repeats: below 1.00 the trial patch made decoding faster.", "patched")
+    out += reference_section(
+        data, results.BASE_AGAIN, lambda v: v != "base", "Builds over base-again",
+        "The same pairing with the A/A control's server (a second server of base's own "
+        "site, on another CPU set and turn) in place of base: where a build's ratio "
+        "here and over base differ, that part is the servers' places, not the code.",
+        results.BASE_AGAIN)
     return out
 
 

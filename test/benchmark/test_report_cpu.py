@@ -160,6 +160,28 @@ def test_page_pairs_a_trial_patch_with_the_whole_series():
     assert "### Trial patches" not in report.render(data, "x.json")
 
 
+def test_page_pairs_every_build_with_base_again_when_the_control_ran():
+    data = {"card": "GPU", "date": "2026-11-29", "model_preset": "small",
+            "bench": {"side_by_side": True, "turn": "alternating"}, "greedy_equivalence": [],
+            "runs": [_point("base", [2.0, 2.0], [0, 1]), _point("patched", [1.8, 1.9], [0, 1]),
+                     _point("base-again", [1.8, 2.0], [0, 1]),
+                     _point("candidate-x", [1.62, 1.9], [0, 1])]}
+    page = report.render(data, "x.json")
+    section = page.split("### Builds over base-again", 1)[1]
+    assert "| TPOT / base-again's, per repeat |" in section
+    # patched / base-again per repeat: 1.00 and 0.95; the trial's 0.90 and 0.95
+    assert "| patched EAGLE3 triton pcg tp2 | 8 | 1.00 / 0.95 |" in section
+    assert "| candidate-x EAGLE3 triton pcg tp2 | 8 | 0.90 / 0.95 |" in section
+    # base is the control's other side: its ratio is base-again's row over base
+    assert "| base EAGLE3" not in section and "| base-again EAGLE3" not in section
+    # over base the same builds read 0.90 / 0.95 (patched): both tables are there
+    assert "| patched EAGLE3 triton pcg tp2 | 8 | 0.90 / 0.95 |" in \
+        page.split("## Paired repeats", 1)[1].split("### ", 1)[0]
+    # without the control there is no such table
+    data["runs"] = [r for r in data["runs"] if r["variant"] != "base-again"]
+    assert "### Builds over base-again" not in report.render(data, "x.json")
+
+
 def test_page_pairs_patched_with_upstream_when_upstream_ran_beside_it():
     data = {"card": "GPU", "date": "2026-11-27", "model_preset": "small",
             "bench": {"side_by_side": True, "turn": "alternating"}, "greedy_equivalence": [],
