@@ -169,8 +169,10 @@ def paired_header(reference, turns, what="TPOT"):
 
 
 def paired_section(data):
-    """Side by side only: each build over base in the same repeat, and, where
-    an upstream release ran beside them, each patched build over upstream's."""
+    """Side by side only: each build over base in the same repeat; where an
+    upstream release ran beside them, each patched build over upstream's;
+    each trial patch over the patched build; and where the A/A control ran,
+    every build over base-again."""
     if not (data.get("bench") or {}).get("side_by_side"):
         return []
     pairs = results.paired_ratios(data)
