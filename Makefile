@@ -12,7 +12,15 @@ SERIES := $(wildcard python/sglpatch/patches/*)
 TEST_WORKERS ?= 4
 # One OpenMP thread per process: workers that each ran torch on every CPU
 # would spin against one another (a 1 s model test took 40 s beside three).
-PYTEST := OMP_NUM_THREADS=1 $(VENV)/bin/python -m pytest test -q -ra \
+# Bytecode is written whatever the environment says, under the venv, never
+# beside the sources: setup installs with --no-compile, so under
+# PYTHONDONTWRITEBYTECODE=1 every test process and subprocess compiled
+# torch, transformers and sglang from source again (the scheduler's import
+# took about twice as long as with bytecode), and the tests check that some
+# commands write nothing into their trees.
+PYTEST := OMP_NUM_THREADS=1 PYTHONDONTWRITEBYTECODE= \
+          PYTHONPYCACHEPREFIX=$(abspath $(VENV))/pycache \
+          $(VENV)/bin/python -m pytest test -q -ra \
           -n $(TEST_WORKERS) --dist worksteal
 
 .PHONY: venv test test-fast clean
