@@ -1,25 +1,37 @@
 """Take a torch-profiler trace of a running sglang server in steady decode.
 
-`capture()` keeps `concurrency` long greedy requests decoding, asks the
-server for a profile of the next `steps` scheduler forwards through its own
+`capture()` keeps `concurrency` long greedy requests decoding, streamed,
+and once every one of them has decoded LEAD_TOKENS tokens asks the server
+for a profile of the next `steps` scheduler forwards through its own
 `/start_profile` endpoint (sglang stops the profiler itself after that many
 forwards and writes one `<id>-TP-<rank>.trace.json.gz` per tensor-parallel
 rank into `out_dir`), waits until every rank's trace is complete and returns
 their paths by rank.  benchmark/trace_steps.py reads them.  Standard library
 only.
+
+The window opens at a number of decoded tokens, not at a time after the
+requests start: attention kernels take longer as the sequences grow, so a
+window opened at a fixed time would find a faster build further into its
+requests, and charge it GPU time that is only the longer sequences'.
 """
 
 import glob
 import gzip
+import json
 import os
 import re
+import threading
 import time
+import urllib.request
 
 import greedy
 import pace
 from server import http_json
 
-LEAD_S = 0.3  # prefill and the first decode steps happen before the window
+# prefill and the first decode steps happen before the window: it opens
+# once every request has decoded this many tokens (the same sequence lengths
+# in every build, whatever its speed)
+LEAD_TOKENS = 128
 TOKENS_PER_STEP_MAX = 4  # EAGLE3 with 3 draft steps: at most 4 tokens a forward
 
 
@@ -57,9 +69,87 @@ def wait_for_traces(out_dir, before, ranks, timeout_s):
     raise TimeoutError(f"no complete trace of all {ranks} ranks in {out_dir} after {timeout_s}s")
 
 
+class Progress:
+    """Tokens each streamed request has decoded so far, and a wait for all
+    of them to reach a count (or for one to fail or end short of it)."""
+
+    def __init__(self, n):
+        self.tokens = [0] * n
+        self.ended = [False] * n
+        self._cond = threading.Condition()
+
+    def update(self, i, tokens=None, ended=False):
+        with self._cond:
+            if tokens is not None:
+                self.tokens[i] = max(self.tokens[i], tokens)
+            self.ended[i] = self.ended[i] or ended
+            self._cond.notify_all()
+
+    def wait_all(self, tokens, timeout_s):
+        """True once every request has decoded `tokens` tokens; False if one
+        ended (finished or failed) short of that, or after timeout_s."""
+        deadline = time.time() + timeout_s
+        with self._cond:
+            while True:
+                if all(t >= tokens for t in self.tokens):
+                    return True
+                if any(e and t < tokens for e, t in zip(self.ended, self.tokens)):
+                    return False
+                left = deadline - time.time()
+                if left <= 0:
+                    return False
+                self._cond.wait(left)
+
+    def snapshot(self):
+        with self._cond:
+            return list(self.tokens)
+
+
+def stream_in_background(url, prompts, new_tokens, timeout_s, fake_bootstrap=False):
+    """One streamed greedy /generate request per prompt, each in its own
+    (started) thread. Returns the threads, the list their exceptions are
+    appended to, and their Progress: the tokens each has decoded, from the
+    cumulative meta_info.completion_tokens of sglang's chunks (or, in a
+    chunk without it, its output_ids counted as new ones)."""
+    errors = []
+    progress = Progress(len(prompts))
+
+    def one(i, p):
+        body = greedy.mark_fake_bootstrap({
+            "input_ids": p, "stream": True, "sampling_params": {
+                "temperature": 0.0, "max_new_tokens": new_tokens, "ignore_eos": True}},
+            fake_bootstrap)
+        req = urllib.request.Request(url + "/generate", data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"})
+        seen = 0
+        try:
+            with urllib.request.urlopen(req, timeout=timeout_s) as resp:
+                for line in resp:
+                    line = line.strip()
+                    if not line.startswith(b"data: ") or line == b"data: [DONE]":
+                        continue
+                    chunk = json.loads(line[6:])
+                    done = (chunk.get("meta_info") or {}).get("completion_tokens")
+                    seen = done if done is not None else seen + len(chunk.get("output_ids") or ())
+                    progress.update(i, seen)
+        except Exception as e:
+            errors.append(e)
+        finally:
+            progress.update(i, ended=True)
+
+    threads = [threading.Thread(target=one, args=(i, p), daemon=True)
+               for i, p in enumerate(prompts)]
+    for th in threads:
+        th.start()
+    return threads, errors, progress
+
+
 def capture(url, out_dir, steps, with_stack, concurrency, vocab, input_len=256,
             timeout_s=300, ranks=1, fake_bootstrap=False):
-    """Profile `steps` forwards while `concurrency` requests decode.
+    """Profile `steps` forwards while `concurrency` requests decode, from
+    the moment every one of them has decoded LEAD_TOKENS tokens. Returns
+    ({rank: trace path}, [fewest, most] tokens the requests had decoded
+    when the profile was asked for).
 
     with_stack=False records GPU activity and CUDA runtime calls only (no
     Python tracer: step times stay close to an unprofiled server);
@@ -72,9 +162,13 @@ def capture(url, out_dir, steps, with_stack, concurrency, vocab, input_len=256,
     new_tokens = steps * TOKENS_PER_STEP_MAX + 2000
     prompts = greedy.make_prompts(concurrency, vocab, seed=321, min_len=input_len,
                                   max_len=input_len)
-    threads, errors = greedy.decode_in_background(url, prompts, new_tokens, timeout_s,
-                                                  fake_bootstrap=fake_bootstrap)
-    time.sleep(LEAD_S)
+    threads, errors, progress = stream_in_background(url, prompts, new_tokens, timeout_s,
+                                                     fake_bootstrap=fake_bootstrap)
+    if not progress.wait_all(LEAD_TOKENS, timeout_s):
+        why = f": {errors[0]}" if errors else ""
+        raise RuntimeError(f"the requests had decoded {progress.snapshot()} tokens, not "
+                           f"{LEAD_TOKENS} each, when the profile was due{why}")
+    tokens = progress.snapshot()
     try:
         http_json(url + "/start_profile", {
             "output_dir": out_dir, "num_steps": steps, "record_shapes": False,
@@ -87,4 +181,4 @@ def capture(url, out_dir, steps, with_stack, concurrency, vocab, input_len=256,
         th.join(timeout_s)
     if errors:
         raise RuntimeError(f"decode request failed during the profile: {errors[0]}")
-    return paths
+    return paths, [min(tokens), max(tokens)]

@@ -654,9 +654,9 @@ def profile_point(st, opts: RunOptions, m, c, with_stack, vocab):
     kind = "stack" if with_stack else "gpu"
     t0 = time.time()
     try:
-        traces = profiling.capture(m.srv.url, os.path.join(opts.work_dir, "profiles"), steps,
-                                   with_stack, c, vocab, input_len=opts.input_len, ranks=opts.tp,
-                                   fake_bootstrap=opts.disaggregation_decode)
+        traces, window_start = profiling.capture(
+            m.srv.url, os.path.join(opts.work_dir, "profiles"), steps, with_stack, c, vocab,
+            input_len=opts.input_len, ranks=opts.tp, fake_bootstrap=opts.disaggregation_decode)
         summaries = {}
         for rank, trace in traces.items():
             rk = "" if opts.tp == 1 else f"-rank{rank}"
@@ -672,8 +672,9 @@ def profile_point(st, opts: RunOptions, m, c, with_stack, vocab):
         st.profiles.append({"variant": m.var, "attention_backend": m.be, "speculative": m.spec,
                             "overlap": m.ov, "piecewise_cuda_graph": m.pw, "concurrency": c,
                             **deployment_fields(opts), "rank": rank, "with_stack": with_stack,
-                            "trace": name, **summary})
-        st.log(f"  {m.tag} c={c} rank {rank}: profile ({kind}, {steps} forwards, "
+                            "trace": name, "window_start_tokens": window_start, **summary})
+        st.log(f"  {m.tag} c={c} rank {rank}: profile ({kind}, {steps} forwards from "
+               f"{window_start[0]}-{window_start[1]} tokens decoded, "
                f"{time.time() - t0:.0f}s): "
                f"{summary['window_us_per_step']:.0f} us/forward, GPU busy "
                f"{summary['gpu_busy_us_per_step']:.0f} us, idle {summary['gpu_idle_us_per_step']:.0f} us, "

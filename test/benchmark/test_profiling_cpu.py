@@ -1,0 +1,118 @@
+"""benchmark/profiling.py: the profile window opens at a number of decoded
+tokens, so builds of different speed are profiled at the same sequence
+lengths; a request that ends or fails short of that fails the capture at
+once instead of profiling the wrong thing."""
+
+import gzip
+import http.server
+import json
+import os
+import sys
+import threading
+import time
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(REPO, "benchmark"))
+import profiling  # noqa: E402
+
+
+class Fake:
+    """A server that streams one token a chunk, `token_s` apart, until
+    /start_profile arrives (then the rest at once), and records how many
+    tokens each stream had sent at that moment. `stop_after`: each stream
+    ends after that many tokens. `meta`: chunks carry sglang's cumulative
+    meta_info.completion_tokens (else only output_ids)."""
+
+    def __init__(self, token_s=0.003, stop_after=None, meta=True):
+        self.token_s, self.stop_after, self.meta = token_s, stop_after, meta
+        self.sent = {}
+        self.at_profile = None
+        self.profiled = threading.Event()
+        self.lock = threading.Lock()
+        fake = self
+
+        class H(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.0"
+
+            def log_message(self, *args):
+                pass
+
+            def do_POST(self):
+                n = int(self.headers.get("Content-Length") or 0)
+                req = json.loads(self.rfile.read(n) or b"{}")
+                if self.path == "/start_profile":
+                    with fake.lock:
+                        fake.at_profile = dict(fake.sent)
+                    fake.profiled.set()
+                    name = os.path.join(req["output_dir"], f"{time.time()}-TP-0.trace.json.gz")
+                    with gzip.open(name, "wt") as fh:
+                        json.dump({"traceEvents": []}, fh)
+                    body = b"Start profiling."
+                    self.send_response(200)
+                    self.send_header("Content-Length", str(len(body)))
+                    self.end_headers()
+                    self.wfile.write(body)
+                    return
+                assert self.path == "/generate" and req["stream"] is True
+                k = req["sampling_params"]["max_new_tokens"]
+                if fake.stop_after is not None:
+                    k = min(k, fake.stop_after)
+                me = threading.get_ident()
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.end_headers()
+                for i in range(k):
+                    if not fake.profiled.is_set():
+                        time.sleep(fake.token_s)
+                    chunk = {"output_ids": [7]}
+                    if fake.meta:
+                        chunk["meta_info"] = {"completion_tokens": i + 1}
+                    self.wfile.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+                    self.wfile.flush()
+                    with fake.lock:
+                        fake.sent[me] = i + 1
+                self.wfile.write(b"data: [DONE]\n\n")
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+        self.httpd.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.fixture
+def fast_polls(monkeypatch):
+    monkeypatch.setenv("SGLPATCH_BENCH_POLL_S", "0.02")
+
+
+@pytest.mark.parametrize("meta", [True, False])
+def test_the_window_opens_once_every_request_has_decoded_the_lead(tmp_path, fast_polls, meta):
+    # at 3 ms a token the lead takes 0.38 s: a window opened at a fixed
+    # 0.3 s would find each stream short of it
+    fake = Fake(meta=meta)
+    try:
+        paths, start = profiling.capture(fake.url, str(tmp_path), steps=4, with_stack=False,
+                                         concurrency=3, vocab=100, input_len=8, timeout_s=60)
+    finally:
+        fake.close()
+    assert list(paths) == [0] and os.path.exists(paths[0])
+    assert len(fake.at_profile) == 3
+    assert min(fake.at_profile.values()) >= profiling.LEAD_TOKENS
+    assert profiling.LEAD_TOKENS <= start[0] <= start[1]
+
+
+def test_a_stream_that_ends_short_of_the_lead_fails_the_capture_at_once(tmp_path, fast_polls):
+    fake = Fake(token_s=0, stop_after=10)
+    t0 = time.time()
+    try:
+        with pytest.raises(RuntimeError, match="decoded"):
+            profiling.capture(fake.url, str(tmp_path), steps=4, with_stack=False,
+                              concurrency=2, vocab=100, input_len=8, timeout_s=60)
+    finally:
+        fake.close()
+    assert time.time() - t0 < 30 and fake.at_profile is None
