@@ -231,6 +231,11 @@ def build_parser():
                    help="and one of this many forwards with CPU ops and Python frames")
     r.add_argument("--profile-concurrency", type=csv(int),
                    help="requests decoding during each profile (comma list)")
+    r.add_argument("--profile-arrivals", action="store_true",
+                   help="profile while each of --profile-concurrency clients sends requests of "
+                   "--input-len/--output-len one after another, so the window holds the "
+                   "iterations that admit and prefill them (default: that many long "
+                   "requests in steady decode)")
     r.add_argument("--bench-runner", choices=["worker", "process"],
                    help="worker: one process imports sglang.bench_serving once and runs "
                    "it as `-m` per point (saves ~10 s a point); process: a new "

@@ -84,6 +84,7 @@ class RunOptions:
     profile_steps: int = 0
     profile_stack_steps: int = 0
     profile_concurrency: tuple[int, ...] = (1,)
+    profile_arrivals: bool = False
     # where things go, and when to stop
     out_dir: str = os.path.join(HERE, "results")
     work_dir: str = "/tmp/sglpatch-bench"

@@ -1,4 +1,5 @@
-"""Take a torch-profiler trace of a running sglang server in steady decode.
+"""Take a torch-profiler trace of a running sglang server in steady decode,
+or (capture_arrivals) while requests arrive and finish as under a bench.
 
 `capture()` keeps `concurrency` long greedy requests decoding, streamed,
 and once every one of them has decoded LEAD_TOKENS tokens asks the server
@@ -13,6 +14,11 @@ The window opens at a number of decoded tokens, not at a time after the
 requests start: attention kernels take longer as the sequences grow, so a
 window opened at a fixed time would find a faster build further into its
 requests, and charge it GPU time that is only the longer sequences'.
+
+`capture_arrivals()` profiles what a steady-decode window leaves out: the
+iterations that admit and prefill new requests, where a first token's
+time goes. Its `concurrency` clients each send requests one after
+another, and the window opens once each has finished one.
 """
 
 import glob
@@ -70,7 +76,7 @@ def wait_for_traces(out_dir, before, ranks, timeout_s):
 
 
 class Progress:
-    """Tokens each streamed request has decoded so far, and a wait for all
+    """Tokens each streamed request has decoded, and a wait for all
     of them to reach a count (or for one to fail or end short of it)."""
 
     def __init__(self, n):
@@ -144,6 +150,81 @@ def stream_in_background(url, prompts, new_tokens, timeout_s, fake_bootstrap=Fal
     return threads, errors, progress
 
 
+def arrive_in_background(url, clients, vocab, input_len, output_len, timeout_s,
+                         fake_bootstrap=False):
+    """`clients` closed-loop clients, each in its own (started) thread,
+    sending greedy /generate requests of input_len random ids and
+    output_len new tokens one after another, a new prompt each time (no
+    prefix-cache hits), until the returned stop event is set: requests
+    arrive, prefill and finish all the time, as under bench_serving at that
+    concurrency. Returns the threads, the list their exceptions are
+    appended to, the stop event and a Progress of each client's finished
+    requests."""
+    errors = []
+    stop = threading.Event()
+    progress = Progress(clients)
+
+    def client(i):
+        k = 0
+        try:
+            while not stop.is_set():
+                prompt = greedy.make_prompts(1, vocab, seed=1000 * i + k, min_len=input_len,
+                                             max_len=input_len)[0]
+                body = greedy.mark_fake_bootstrap({"input_ids": prompt, "sampling_params": {
+                    "temperature": 0.0, "max_new_tokens": output_len, "ignore_eos": True}},
+                    fake_bootstrap)
+                http_json(url + "/generate", body, timeout=timeout_s)
+                k += 1
+                progress.update(i, k)
+        except Exception as e:
+            errors.append(e)
+        finally:
+            progress.update(i, ended=True)
+
+    threads = [threading.Thread(target=client, args=(i,), daemon=True) for i in range(clients)]
+    for th in threads:
+        th.start()
+    return threads, errors, stop, progress
+
+
+def _start_profile(url, out_dir, steps, with_stack):
+    try:
+        http_json(url + "/start_profile", {
+            "output_dir": out_dir, "num_steps": steps, "record_shapes": False,
+            "activities": ["CPU", "GPU"] if with_stack else ["GPU"],
+            "with_stack": with_stack}, timeout=60)
+    except ValueError:
+        pass  # sglang answers "Start profiling." in plain text, not JSON
+
+
+def capture_arrivals(url, out_dir, steps, with_stack, concurrency, vocab, input_len=256,
+                     output_len=256, timeout_s=300, ranks=1, fake_bootstrap=False):
+    """Profile `steps` forwards while `concurrency` clients send requests
+    one after another (arrive_in_background): prefills, their first tokens
+    and the decode steps beside them, in the mix bench_serving makes. The
+    window opens once every client has finished one request, so their
+    requests are at different points when it does. Returns {rank: trace
+    path}."""
+    os.makedirs(out_dir, exist_ok=True)
+    before = set(glob.glob(os.path.join(out_dir, "*.trace.json.gz")))
+    threads, errors, stop, progress = arrive_in_background(
+        url, concurrency, vocab, input_len, output_len, timeout_s, fake_bootstrap)
+    try:
+        if not progress.wait_all(1, timeout_s):
+            why = f": {errors[0]}" if errors else ""
+            raise RuntimeError(f"the clients had finished {progress.snapshot()} requests, "
+                               f"not one each, when the profile was due{why}")
+        _start_profile(url, out_dir, steps, with_stack)
+        paths = wait_for_traces(out_dir, before, ranks, timeout_s)
+    finally:
+        stop.set()
+        for th in threads:
+            th.join(timeout_s)
+    if errors:
+        raise RuntimeError(f"a request failed during the profile: {errors[0]}")
+    return paths
+
+
 def capture(url, out_dir, steps, with_stack, concurrency, vocab, input_len=256,
             timeout_s=300, ranks=1, fake_bootstrap=False):
     """Profile `steps` forwards while `concurrency` requests decode, from
@@ -169,13 +250,7 @@ def capture(url, out_dir, steps, with_stack, concurrency, vocab, input_len=256,
         raise RuntimeError(f"the requests had decoded {progress.snapshot()} tokens, not "
                            f"{LEAD_TOKENS} each, when the profile was due{why}")
     tokens = progress.snapshot()
-    try:
-        http_json(url + "/start_profile", {
-            "output_dir": out_dir, "num_steps": steps, "record_shapes": False,
-            "activities": ["CPU", "GPU"] if with_stack else ["GPU"],
-            "with_stack": with_stack}, timeout=60)
-    except ValueError:
-        pass  # sglang answers "Start profiling." in plain text, not JSON
+    _start_profile(url, out_dir, steps, with_stack)
     paths = wait_for_traces(out_dir, before, ranks, timeout_s)
     for th in threads:
         th.join(timeout_s)

@@ -238,8 +238,9 @@ PROFILE_COLUMNS = (
 
 
 def trace_kind(p):
-    """A profile's trace: "stack" (CPU ops and Python frames) or "gpu" (GPU only)."""
-    return "stack" if p.get("with_stack") else "gpu"
+    """A profile's trace: "stack" (CPU ops and Python frames) or "gpu" (GPU
+    only), with ", arrivals" where requests arrived during it."""
+    return ("stack" if p.get("with_stack") else "gpu") + (", arrivals" if p.get("arrivals") else "")
 
 
 def idle_share(p):
@@ -254,11 +255,13 @@ def bench_forward_us(data, p, variant=None):
     times the tokens a forward gives the request (the accept length with
     EAGLE, else 1), in µs. The profiler slows the host, so its window
     overstates the forward; the bench's does not. None for stack traces,
-    above concurrency 1 (other requests' prefills share the TPOT), with
+    for traces with requests arriving (their window holds prefills), above
+    concurrency 1 (other requests' prefills share the TPOT), with
     TP (a collective's wait for the other ranks counts as busy) and where
     the file has no such point. `variant`: that build's point of the same
     setting instead of the trace's own."""
-    if p.get("with_stack") or p.get("concurrency") != 1 or (p.get("tp") or 1) != 1:
+    if (p.get("with_stack") or p.get("arrivals") or p.get("concurrency") != 1
+            or (p.get("tp") or 1) != 1):
         return None
     key = results._key(dict(p, variant=variant or p["variant"]), results.RUN_KEY)
     for r in data.get("runs", []):

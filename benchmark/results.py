@@ -28,7 +28,7 @@ GREEDY_KEY = ("variant", "attention_backend", "overlap", "piecewise_cuda_graph",
 # storm: a fault record without it was its server's only storm)
 KEY_DEFAULTS = {"tp": 1, "rank": 0, "disaggregation": None, "spec_params": None,
                 "dp": None, "dp_attention": None, "token_map": None,
-                "speculative": "EAGLE3", "storm": 0}
+                "speculative": "EAGLE3", "storm": 0, "arrivals": None}
 # a record's `speculative`: EAGLE3 (the pair's draft), EAGLE (the EAGLE v1
 # draft, with `token_map` FR-Spec) or none
 SPECULATIVE = ("EAGLE3", "EAGLE", "none")
@@ -117,7 +117,9 @@ def _key(entry, fields):
 
 
 SWEEP_KEY = ("variant", "preset", "accept_steps", "draft_accuracy", "spec_steps")
-PROFILE_KEY = RUN_KEY + ("with_stack", "rank")
+# a profile taken with requests arriving (e2e --profile-arrivals) is another
+# measurement than one of steady decode at the same concurrency
+PROFILE_KEY = RUN_KEY + ("with_stack", "rank", "arrivals")
 GREEDY_RUN_KEY = GREEDY_KEY  # `speculative` included
 KEYED = (("runs", RUN_KEY), ("greedy_equivalence", GREEDY_KEY),
          ("greedy_runs", GREEDY_RUN_KEY), ("accept_sweep", SWEEP_KEY),

@@ -654,13 +654,22 @@ def profile_point(st, opts: RunOptions, m, c, with_stack, vocab):
     kind = "stack" if with_stack else "gpu"
     t0 = time.time()
     try:
-        traces, window_start = profiling.capture(
-            m.srv.url, os.path.join(opts.work_dir, "profiles"), steps, with_stack, c, vocab,
-            input_len=opts.input_len, ranks=opts.tp, fake_bootstrap=opts.disaggregation_decode)
+        out = os.path.join(opts.work_dir, "profiles")
+        if opts.profile_arrivals:
+            window_start = None
+            traces = profiling.capture_arrivals(
+                m.srv.url, out, steps, with_stack, c, vocab, input_len=opts.input_len,
+                output_len=opts.output_len, ranks=opts.tp,
+                fake_bootstrap=opts.disaggregation_decode)
+        else:
+            traces, window_start = profiling.capture(
+                m.srv.url, out, steps, with_stack, c, vocab, input_len=opts.input_len,
+                ranks=opts.tp, fake_bootstrap=opts.disaggregation_decode)
         summaries = {}
         for rank, trace in traces.items():
             rk = "" if opts.tp == 1 else f"-rank{rank}"
-            name = f"{m.tag}-c{c}-{kind}{rk}.trace.json.gz"
+            mode = "-arrivals" if opts.profile_arrivals else ""
+            name = f"{m.tag}-c{c}{mode}-{kind}{rk}.trace.json.gz"
             named = os.path.join(os.path.dirname(trace), name)  # which server, kind, rank
             os.replace(trace, named)
             summaries[rank] = (name, trace_steps.summarize(trace_steps.load(named), steps))
@@ -668,13 +677,17 @@ def profile_point(st, opts: RunOptions, m, c, with_stack, vocab):
         st.errors.append(f"profile {m.tag} c={c} {kind}: {e}"[:2000])
         st.log(f"  {m.tag} c={c}: profile ({kind}) failed: {e}")
         return
+    if window_start is None:  # requests arriving: the window holds their prefills
+        where, opening = {"arrivals": True}, "with requests arriving"
+    else:
+        where = {"window_start_tokens": window_start}
+        opening = f"from {window_start[0]}-{window_start[1]} tokens decoded"
     for rank, (name, summary) in summaries.items():
         st.profiles.append({"variant": m.var, "attention_backend": m.be, "speculative": m.spec,
                             "overlap": m.ov, "piecewise_cuda_graph": m.pw, "concurrency": c,
                             **deployment_fields(opts), "rank": rank, "with_stack": with_stack,
-                            "trace": name, "window_start_tokens": window_start, **summary})
-        st.log(f"  {m.tag} c={c} rank {rank}: profile ({kind}, {steps} forwards from "
-               f"{window_start[0]}-{window_start[1]} tokens decoded, "
+                            "trace": name, **where, **summary})
+        st.log(f"  {m.tag} c={c} rank {rank}: profile ({kind}, {steps} forwards {opening}, "
                f"{time.time() - t0:.0f}s): "
                f"{summary['window_us_per_step']:.0f} us/forward, GPU busy "
                f"{summary['gpu_busy_us_per_step']:.0f} us, idle {summary['gpu_idle_us_per_step']:.0f} us, "

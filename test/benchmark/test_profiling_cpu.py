@@ -29,6 +29,7 @@ class Fake:
         self.token_s, self.stop_after, self.meta = token_s, stop_after, meta
         self.sent = {}
         self.at_profile = None
+        self.requests, self.finished = [], {}
         self.profiled = threading.Event()
         self.lock = threading.Lock()
         fake = self
@@ -45,6 +46,7 @@ class Fake:
                 if self.path == "/start_profile":
                     with fake.lock:
                         fake.at_profile = dict(fake.sent)
+                        fake.done_at_profile = sum(fake.finished.values())
                     fake.profiled.set()
                     name = os.path.join(req["output_dir"], f"{time.time()}-TP-0.trace.json.gz")
                     with gzip.open(name, "wt") as fh:
@@ -55,7 +57,20 @@ class Fake:
                     self.end_headers()
                     self.wfile.write(body)
                     return
-                assert self.path == "/generate" and req["stream"] is True
+                assert self.path == "/generate"
+                if not req.get("stream"):  # one closed-loop client's request
+                    with fake.lock:
+                        fake.requests.append(req)
+                    time.sleep(fake.token_s)
+                    me = threading.get_ident()
+                    with fake.lock:
+                        fake.finished[me] = fake.finished.get(me, 0) + 1
+                    body = json.dumps({"output_ids": [7], "meta_info": {}}).encode()
+                    self.send_response(200)
+                    self.send_header("Content-Length", str(len(body)))
+                    self.end_headers()
+                    self.wfile.write(body)
+                    return
                 k = req["sampling_params"]["max_new_tokens"]
                 if fake.stop_after is not None:
                     k = min(k, fake.stop_after)
@@ -116,3 +131,34 @@ def test_a_stream_that_ends_short_of_the_lead_fails_the_capture_at_once(tmp_path
     finally:
         fake.close()
     assert time.time() - t0 < 30 and fake.at_profile is None
+
+
+def test_with_arrivals_each_client_has_finished_a_request_before_the_window(tmp_path,
+                                                                           fast_polls):
+    fake = Fake(token_s=0.01)
+    try:
+        paths = profiling.capture_arrivals(fake.url, str(tmp_path), steps=4, with_stack=True,
+                                           concurrency=3, vocab=100, input_len=8,
+                                           output_len=5, timeout_s=60)
+        sent = len(fake.requests)
+        time.sleep(0.1)
+        after = len(fake.requests)
+    finally:
+        fake.close()
+    assert list(paths) == [0] and os.path.exists(paths[0])
+    # three clients, each of which had finished a request when the profile
+    # was asked for; none sent another after capture_arrivals returned
+    assert fake.done_at_profile >= 3 and after == sent
+    reqs = fake.requests
+    assert {r["sampling_params"]["max_new_tokens"] for r in reqs} == {5}
+    assert all(len(r["input_ids"]) == 8 for r in reqs)
+    assert len({tuple(r["input_ids"]) for r in reqs}) == len(reqs)  # no prefix-cache hits
+
+
+def test_with_arrivals_a_failing_request_fails_the_capture(tmp_path, fast_polls):
+    fake = Fake(token_s=0)
+    fake.httpd.shutdown()  # nothing answers
+    fake.httpd.server_close()
+    with pytest.raises(RuntimeError, match="finished"):
+        profiling.capture_arrivals(fake.url, str(tmp_path), steps=4, with_stack=False,
+                                   concurrency=2, vocab=100, timeout_s=5)

@@ -14,6 +14,7 @@ import pytest
 from standin_sglang import E2E, FAST_PACE, START_SPACING_S, run_e2e as _run
 
 sys.path.insert(0, os.path.join(os.path.dirname(E2E)))
+import report  # noqa: E402
 import results  # noqa: E402
 
 
@@ -162,6 +163,25 @@ def test_profiles_of_every_tensor_parallel_rank(tmp_path):
     # each rank's numbers come from its own trace
     assert by[("base", 1)]["gpu_busy_us_per_step"] == by[("base", 0)]["gpu_busy_us_per_step"] + 1
     assert all(g["tp"] == 2 for g in data["greedy_runs"])
+
+
+@pytest.mark.slow
+def test_profiles_with_requests_arriving_are_marked_and_kept_apart(tmp_path):
+    events, data = _run(tmp_path, "--profile-steps", "4", "--profile-arrivals",
+                        "--profile-concurrency", "1", "--concurrency", "1", "--repeats", "1",
+                        variants=("base",))
+    assert not data.get("errors") and data["runs"]
+    (p,) = data["profiles"]
+    assert p["arrivals"] is True and p["concurrency"] == 1 and "window_start_tokens" not in p
+    assert p["trace"].endswith("-c1-arrivals-gpu.trace.json.gz")
+    assert len([e for e in events if isinstance(e["event"], dict)
+                and "start_profile" in e["event"]]) == 1
+    # the page names the trace's kind, and gives it no bench-timed forward
+    # (that is steady decode's), though the file has a point at c=1
+    page = report.render(data, "x.json")
+    table = page.split("## Profiles")[1].split("###")[0]
+    assert len([line for line in table.splitlines() if "| gpu, arrivals |" in line]) == 1
+    assert "bench forward" not in table
 
 
 @pytest.mark.slow
