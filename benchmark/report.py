@@ -285,15 +285,27 @@ def idle_percent(busy_share):
 WAIT_FRAMES = 8
 
 
+def window_start(p):
+    """The tokens the profiled requests had decoded when the window opened
+    ("128-131": fewest-most), or None (a file from before it was recorded,
+    or a window with requests arriving)."""
+    start = p.get("window_start_tokens")
+    if not start:
+        return None
+    return str(start[0]) if start[0] == start[1] else f"{start[0]}-{start[1]}"
+
+
 def profiles_section(data):
     rows = []
     for p in data["profiles"]:
         gaps = (p.get("idle_gaps") or {}).get(">=50us", {}).get("idle_us_per_step")
         forward = bench_forward_us(data, p)
-        rows.append([setting(p), trace_kind(p)] + [p.get(k) for _, k in PROFILE_COLUMNS[:7]]
+        rows.append([setting(p), trace_kind(p)] + [p.get(k) for _, k in PROFILE_COLUMNS[:3]]
+                    + [window_start(p)] + [p.get(k) for _, k in PROFILE_COLUMNS[3:7]]
                     + [idle_share(p), gaps, forward, idle_percent(busy_over(p, forward))]
                     + [p.get(k) for _, k in PROFILE_COLUMNS[7:]])
-    header = (["setting", "trace"] + [h for h, _ in PROFILE_COLUMNS[:7]]
+    header = (["setting", "trace"] + [h for h, _ in PROFILE_COLUMNS[:3]]
+              + ["tokens decoded at the window"] + [h for h, _ in PROFILE_COLUMNS[3:7]]
               + ["GPU idle %", "idle in gaps ≥ 50 µs", "bench forward µs",
                  "GPU idle % of the bench's forward"] + [h for h, _ in PROFILE_COLUMNS[7:]])
     out = ["## Profiles", "",
@@ -303,7 +315,11 @@ def profiles_section(data):
            "profiler slows the host, so for a GPU-only trace at concurrency 1 and TP=1 the "
            "bench times the forward too: the same server's median TPOT times its accept "
            "length, and the GPU's idle share of it. Runtime "
-           "calls, idle gaps and Python frames per trace are in the JSON.", "",
+           "calls, idle gaps and Python frames per trace are in the JSON."
+           + (" A steady-decode window opened once each of its requests had decoded at "
+              "least the same number of tokens, in every build (the fewest and most its row "
+              "gives), so the builds' attention ran on nearly the same lengths."
+              if any(window_start(p) for p in data["profiles"]) else ""), "",
            table(header, rows)]
     return (out + ranks_section(data["profiles"]) + closing_section(data["profiles"])
             + waits_section(data["profiles"]) + host_work_section(data["profiles"])

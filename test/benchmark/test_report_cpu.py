@@ -243,6 +243,20 @@ def test_profile_table_gives_idle_share_and_stack_traces_list_where_the_gpu_wait
     assert "### Where the GPU waited" not in report.render(data, "x.json")
 
 
+def test_profile_table_gives_the_tokens_decoded_when_each_window_opened():
+    base, patched = _profile("base", False), _profile("patched", False)
+    base["window_start_tokens"], patched["window_start_tokens"] = [128, 131], [129, 129]
+    data = {"card": "GPU", "date": "2026-11-29", "model_preset": "small", "runs": [],
+            "greedy_equivalence": [], "profiles": [base, patched]}
+    table = report.render(data, "x.json").split("## Profiles", 1)[1].split("###")[0]
+    assert "| base EAGLE3 default pcg | gpu | 1 | 1 | 0 | 128-131 | 30 |" in table
+    assert "| patched EAGLE3 default pcg | gpu | 1 | 1 | 0 | 129 | 30 |" in table
+    # a file from before the harness recorded it: no such column
+    del base["window_start_tokens"], patched["window_start_tokens"]
+    table = report.render(data, "x.json").split("## Profiles", 1)[1].split("###")[0]
+    assert "| base EAGLE3 default pcg | gpu | 1 | 1 | 0 | 30 |" in table
+
+
 def test_profile_page_says_what_ended_the_idle_gaps_largest_first():
     closed = {"cudaGraphLaunch, issued after the GPU went idle": 900.0,
               "cudaMemcpyAsync, issued before the GPU went idle": 300.0}
