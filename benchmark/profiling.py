@@ -114,11 +114,14 @@ class Progress:
 def stream_in_background(url, prompts, new_tokens, timeout_s, fake_bootstrap=False):
     """One streamed greedy /generate request per prompt, each in its own
     (started) thread. Returns the threads, the list their exceptions are
-    appended to, and their Progress: the tokens each has decoded, from the
-    cumulative meta_info.completion_tokens of sglang's chunks (or, in a
-    chunk without it, its output_ids counted as new ones)."""
+    appended to, their Progress (the tokens each has decoded, from the
+    cumulative meta_info.completion_tokens of sglang's chunks or, in a
+    chunk without it, its output_ids counted as new ones) and an event
+    that, set, makes each close its stream at its next chunk: sglang
+    aborts a request whose client went away."""
     errors = []
     progress = Progress(len(prompts))
+    stop = threading.Event()
 
     def one(i, p):
         body = greedy.mark_fake_bootstrap({
@@ -131,6 +134,8 @@ def stream_in_background(url, prompts, new_tokens, timeout_s, fake_bootstrap=Fal
         try:
             with urllib.request.urlopen(req, timeout=timeout_s) as resp:
                 for line in resp:
+                    if stop.is_set():
+                        break
                     line = line.strip()
                     if not line.startswith(b"data: ") or line == b"data: [DONE]":
                         continue
@@ -147,7 +152,7 @@ def stream_in_background(url, prompts, new_tokens, timeout_s, fake_bootstrap=Fal
                for i, p in enumerate(prompts)]
     for th in threads:
         th.start()
-    return threads, errors, progress
+    return threads, errors, progress, stop
 
 
 def arrive_in_background(url, clients, vocab, input_len, output_len, timeout_s,
@@ -243,15 +248,21 @@ def capture(url, out_dir, steps, with_stack, concurrency, vocab, input_len=256,
     new_tokens = steps * TOKENS_PER_STEP_MAX + 2000
     prompts = greedy.make_prompts(concurrency, vocab, seed=321, min_len=input_len,
                                   max_len=input_len)
-    threads, errors, progress = stream_in_background(url, prompts, new_tokens, timeout_s,
-                                                     fake_bootstrap=fake_bootstrap)
-    if not progress.wait_all(LEAD_TOKENS, timeout_s):
-        why = f": {errors[0]}" if errors else ""
-        raise RuntimeError(f"the requests had decoded {progress.snapshot()} tokens, not "
-                           f"{LEAD_TOKENS} each, when the profile was due{why}")
-    tokens = progress.snapshot()
-    _start_profile(url, out_dir, steps, with_stack)
-    paths = wait_for_traces(out_dir, before, ranks, timeout_s)
+    threads, errors, progress, stop = stream_in_background(
+        url, prompts, new_tokens, timeout_s, fake_bootstrap=fake_bootstrap)
+    try:
+        if not progress.wait_all(LEAD_TOKENS, timeout_s):
+            why = f": {errors[0]}" if errors else ""
+            raise RuntimeError(f"the requests had decoded {progress.snapshot()} tokens, not "
+                               f"{LEAD_TOKENS} each, when the profile was due{why}")
+        tokens = progress.snapshot()
+        _start_profile(url, out_dir, steps, with_stack)
+        paths = wait_for_traces(out_dir, before, ranks, timeout_s)
+    except BaseException:
+        stop.set()  # no request decodes on into the measurements after this one
+        for th in threads:
+            th.join(5)
+        raise
     for th in threads:
         th.join(timeout_s)
     if errors:

@@ -25,8 +25,11 @@ class Fake:
     ends after that many tokens. `meta`: chunks carry sglang's cumulative
     meta_info.completion_tokens (else only output_ids)."""
 
-    def __init__(self, token_s=0.003, stop_after=None, meta=True):
+    def __init__(self, token_s=0.003, stop_after=None, meta=True, first_stops_after=None):
         self.token_s, self.stop_after, self.meta = token_s, stop_after, meta
+        self.first_stops_after = first_stops_after  # only the first stream ends early
+        self.streams = 0
+        self.cut = []
         self.sent = {}
         self.at_profile = None
         self.requests, self.finished = [], {}
@@ -74,21 +77,29 @@ class Fake:
                 k = req["sampling_params"]["max_new_tokens"]
                 if fake.stop_after is not None:
                     k = min(k, fake.stop_after)
+                with fake.lock:
+                    fake.streams += 1
+                    if fake.streams == 1 and fake.first_stops_after is not None:
+                        k = fake.first_stops_after
                 me = threading.get_ident()
                 self.send_response(200)
                 self.send_header("Content-Type", "text/event-stream")
                 self.end_headers()
-                for i in range(k):
-                    if not fake.profiled.is_set():
-                        time.sleep(fake.token_s)
-                    chunk = {"output_ids": [7]}
-                    if fake.meta:
-                        chunk["meta_info"] = {"completion_tokens": i + 1}
-                    self.wfile.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
-                    self.wfile.flush()
+                try:
+                    for i in range(k):
+                        if not fake.profiled.is_set():
+                            time.sleep(fake.token_s)
+                        chunk = {"output_ids": [7]}
+                        if fake.meta:
+                            chunk["meta_info"] = {"completion_tokens": i + 1}
+                        self.wfile.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+                        self.wfile.flush()
+                        with fake.lock:
+                            fake.sent[me] = i + 1
+                    self.wfile.write(b"data: [DONE]\n\n")
+                except (BrokenPipeError, ConnectionResetError):
                     with fake.lock:
-                        fake.sent[me] = i + 1
-                self.wfile.write(b"data: [DONE]\n\n")
+                        fake.cut.append(fake.sent.get(me, 0))
 
         self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
         self.httpd.daemon_threads = True
@@ -131,6 +142,24 @@ def test_a_stream_that_ends_short_of_the_lead_fails_the_capture_at_once(tmp_path
     finally:
         fake.close()
     assert time.time() - t0 < 30 and fake.at_profile is None
+
+
+def test_when_one_stream_ends_short_the_others_are_closed_not_left_decoding(
+        tmp_path, fast_polls):
+    # 2000+ tokens at 3 ms each would keep the other two decoding for
+    # seconds into whatever the harness measures next
+    fake = Fake(first_stops_after=10)
+    try:
+        with pytest.raises(RuntimeError, match="decoded"):
+            profiling.capture(fake.url, str(tmp_path), steps=4, with_stack=False,
+                              concurrency=3, vocab=100, input_len=8, timeout_s=60)
+        deadline = time.time() + 5
+        while len(fake.cut) < 2 and time.time() < deadline:
+            time.sleep(0.05)
+    finally:
+        fake.close()
+    # both cut by the client, long before their 2000 tokens
+    assert len(fake.cut) == 2 and max(fake.cut) < 1000
 
 
 def test_with_arrivals_each_client_has_finished_a_request_before_the_window(tmp_path,
