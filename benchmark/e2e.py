@@ -322,6 +322,9 @@ def run_options(ns, ap):
     if opts.keep_servers and not opts.side_by_side:
         ap.error("--keep-servers needs --side-by-side: servers run one at a time "
                  "otherwise, and a kept one would hold the GPU beside the next")
+    if opts.profile_arrivals and not (opts.profile_steps or opts.profile_stack_steps):
+        ap.error("--profile-arrivals needs --profile-steps or --profile-stack-steps: "
+                 "it says how a profile is taken, and none would be")
     check_dp(opts, ap)
     check_speculative(opts, ap)
     if opts.fault_storms < 1:

@@ -184,6 +184,14 @@ def test_profiles_with_requests_arriving_are_marked_and_kept_apart(tmp_path):
     assert "bench forward" not in table
 
 
+def test_profile_arrivals_without_a_profile_is_refused(tmp_path):
+    res = subprocess.run([sys.executable, E2E, "run", "--profile-arrivals",
+                          "--work-dir", str(tmp_path)], capture_output=True, text=True,
+                         timeout=60)
+    assert res.returncode == 2 and "--profile-arrivals needs --profile-steps" in res.stderr
+    assert not (tmp_path / "models-small").exists()
+
+
 @pytest.mark.slow
 def test_disaggregated_decode_servers_use_the_fake_transfer(tmp_path):
     events, data = _run(tmp_path, "--no-bench", "--disaggregation-decode")
