@@ -142,6 +142,12 @@ def build_parser():
                    "'{\"frequency_penalty\": 0.5}'; the greedy check is unchanged")
     r.add_argument("--greedy-prompts", type=int)
     r.add_argument("--greedy-new-tokens", type=int)
+    r.add_argument("--greedy-logprobs", type=int, metavar="K",
+                   help="after each server's greedy check, the same prompts again with the K "
+                   "most likely tokens' logprobs at every output position; each server's "
+                   "greedy record gives its largest difference from base's server of the "
+                   "same setting (the synthetic models' greedy tokens do not depend on "
+                   "attention; their logprobs do)")
     r.add_argument("--spec-steps", type=int)
     r.add_argument("--spec-topk", type=int,
                    help="--speculative-eagle-topk of the EAGLE3 servers (above 1: sglang "

@@ -71,6 +71,32 @@ def generate(url, prompts, new_tokens, fake_bootstrap=False):
     return ids, (tokens / verify if verify else None)
 
 
+def top_logprobs(url, prompts, new_tokens, k, fake_bootstrap=False):
+    """The prompts' greedy outputs once more, with the logprobs of the k most
+    likely tokens at every output position: per prompt, per position,
+    {token id: logprob}. A kernel that read other KV would leave the
+    synthetic models' greedy tokens as they are (their margin), but not
+    these."""
+    payload = mark_fake_bootstrap({
+        "input_ids": prompts, "return_logprob": True, "top_logprobs_num": k,
+        "sampling_params": {"temperature": 0.0, "max_new_tokens": new_tokens,
+                            "ignore_eos": True},
+    }, fake_bootstrap)
+    out = http_json(url + "/generate", payload, timeout=900)
+    # sglang: each position a list of (logprob, token id, text or None)
+    return [[{int(e[1]): float(e[0]) for e in position if e[0] is not None}
+             for position in o["meta_info"]["output_top_logprobs"]] for o in out]
+
+
+def logprob_max_diff(a, b):
+    """The largest |logprob difference| between two top_logprobs results over
+    the tokens both name at the same prompt and position, to 6 places; None
+    when they name none in common."""
+    diffs = [abs(pa[t] - pb[t])
+             for qa, qb in zip(a, b) for pa, pb in zip(qa, qb) for t in pa.keys() & pb.keys()]
+    return round(max(diffs), 6) if diffs else None
+
+
 def first_difference(a, b):
     for i, (x, y) in enumerate(zip(a, b)):
         if x != y:

@@ -45,6 +45,7 @@ class RunOptions:
     # the greedy check
     greedy_prompts: int = 64
     greedy_new_tokens: int = 64
+    greedy_logprobs: int = 0
     # EAGLE3's parameters
     spec_steps: int = 3
     spec_topk: int = 1

@@ -52,6 +52,8 @@ class Run:
         self.errors = []
         self.fmap, self.prompts, self.model_meta = None, [], {}
         self.greedy_debug = {}  # greedy key -> debug-check counts of that server
+        self.greedy_logprobs = {}  # greedy key -> top logprobs (--greedy-logprobs)
+        self.greedy_logprob_errors = {}  # greedy key -> why its logprobs were not taken
         self.server_cpus = None  # --pin-cpus: a CPU set per server of a group
         self.kept = keep.KeptServers(opts.work_dir, self.log)  # --keep-servers
         self.runner = BenchRunner(opts.bench_runner, self.log)
@@ -85,6 +87,18 @@ class Run:
         r.update(self.greedy_debug.get(key, {}))
         return r
 
+    def _logprob_fields(self, key):
+        """--greedy-logprobs: the server's largest logprob difference from
+        base's server of the same setting (0.0 for base itself), or why it
+        has none."""
+        if key in self.greedy_logprob_errors:
+            return {"logprob_error": self.greedy_logprob_errors[key]}
+        base = self.greedy_logprobs.get(("base",) + tuple(key[1:]))
+        if key not in self.greedy_logprobs or base is None:
+            return {}
+        return {"logprob_max_diff_vs_base":
+                greedy.logprob_max_diff(self.greedy_logprobs[key], base)}
+
     def greedy_entries(self):
         out = []
         for key, ids in self.greedy_out.items():
@@ -112,6 +126,7 @@ class Run:
             r = self._greedy_fields(key, ids)
             r.update({"speculative": key[3],
                       "sha256": hashlib.sha256(json.dumps(ids).encode()).hexdigest()[:16]})
+            r.update(self._logprob_fields(key))
             out.append(r)
         return out
 
@@ -473,6 +488,15 @@ def greedy_check(st, opts: RunOptions, m):
         st.log(f"  {m.tag}: seq_lens truth check {counts}")
     st.log(f"  {m.tag}: greedy {len(ids)}x{opts.greedy_new_tokens} in {time.time() - t0:.1f}s"
            f", accept length {acc}")
+    if opts.greedy_logprobs:
+        # evidence, not a gate: a server that cannot give them still measures
+        try:
+            st.greedy_logprobs[m.greedy_key] = greedy.top_logprobs(
+                m.srv.url, st.prompts, opts.greedy_new_tokens, opts.greedy_logprobs,
+                fake_bootstrap=opts.disaggregation_decode)
+        except Exception as e:
+            st.greedy_logprob_errors[m.greedy_key] = f"{type(e).__name__}: {e}"[:300]
+            st.log(f"  {m.tag}: greedy logprobs failed: {e}")
 
 
 def truth_counts(m):

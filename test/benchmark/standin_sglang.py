@@ -6,7 +6,8 @@ not; /abort_request; /health; /get_server_info; /start_profile) and
 `sglang.bench_serving` (writes the result line bench_serving writes).  Each
 records what it did in a shared journal (FAKE_JOURNAL), so a test can check
 the order of events and count what the server saw.  Greedy output: the
-prompt's last id + 1, + 2, ... (the chain f(t) = t + 1).  Like sglang's
+prompt's last id + 1, + 2, ... (the chain f(t) = t + 1); with return_logprob,
+top_logprobs_num entries at each position, the same on every server.  Like sglang's
 scheduler, /abort_request aborts every request whose rid starts with the
 given rid, streamed or not; an aborted stream ends with an abort
 finish_reason and [DONE]; /v1/loads answers between two steps.  Environment:
@@ -194,6 +195,11 @@ LAUNCH_SERVER = textwrap.dedent('''
                      "meta_info": {"completion_tokens": len(out), "finish_reason": reason,
                                    "spec_verify_ct": (k // 2) if spec else 0}}
                     for out in outs]
+            if req.get("return_logprob"):  # sglang's shape: (logprob, id, text) per token
+                n = req.get("top_logprobs_num") or 0
+                for o in outs:
+                    o["meta_info"]["output_top_logprobs"] = [
+                        [[-0.5 * j, t + j, None] for j in range(n)] for t in o["output_ids"]]
             self._send(outs if batch is ids else outs[0])
 
         def _stream(self, req, prompt, k):

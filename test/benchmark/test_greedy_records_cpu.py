@@ -8,6 +8,7 @@ import sys
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(REPO, "benchmark"))
 
+import greedy  # noqa: E402
 import run  # noqa: E402  (benchmark/run.py: the run loop)
 from options import RunOptions  # noqa: E402
 
@@ -22,6 +23,7 @@ def _state(outputs):
     st.greedy_debug = {}
     st.greedy_out = dict(outputs)
     st.greedy_meta = {EAGLE: 2.9}
+    st.greedy_logprobs, st.greedy_logprob_errors = {}, {}
     return st
 
 
@@ -73,3 +75,33 @@ def test_probe_switches_are_recorded_as_debug_env(monkeypatch):
     got = run.debug_env()
     assert got["SGLPATCH_HOST_TIME"] == "1" and got["SGLPATCH_HOST_TIME_EXTRA"] == "pkg.mod:helper"
     assert "SGLPATCH_UNRELATED" not in got
+
+
+PATCHED = ("patched",) + EAGLE[1:]
+
+
+def test_each_server_gives_its_largest_logprob_difference_from_base():
+    st = _state({EAGLE: [[1, 2]], PATCHED: [[1, 2]], NOSPEC: [[1, 2]]})
+    # per prompt, per position, {token: logprob}: same greedy tokens, one
+    # alternative's logprob moved by 0.25 in the patched build
+    st.greedy_logprobs = {EAGLE: [[{2: -0.1, 7: -3.0}, {3: -0.2}]],
+                          PATCHED: [[{2: -0.1, 7: -2.75}, {3: -0.2, 9: -4.0}]],
+                          NOSPEC: [[{2: -0.1}, {3: -0.2}]]}
+    runs = {(r["variant"], r["speculative"]): r for r in st.greedy_runs()}
+    assert runs[("base", "EAGLE3")]["logprob_max_diff_vs_base"] == 0.0
+    assert runs[("patched", "EAGLE3")]["logprob_max_diff_vs_base"] == 0.25
+    # base's no-spec server is its own reference
+    assert runs[("base", "none")]["logprob_max_diff_vs_base"] == 0.0
+
+
+def test_a_server_without_logprobs_says_why_and_others_have_no_field():
+    st = _state({EAGLE: [[1, 2]], PATCHED: [[1, 2]]})
+    st.greedy_logprob_errors = {PATCHED: "HTTPError: 400"}
+    runs = {r["variant"]: r for r in st.greedy_runs()}
+    assert runs["patched"]["logprob_error"] == "HTTPError: 400"
+    assert "logprob_max_diff_vs_base" not in runs["base"]  # none were taken
+
+
+def test_logprob_difference_counts_only_tokens_both_name():
+    assert greedy.logprob_max_diff([[{1: -1.0}]], [[{2: -1.0}]]) is None
+    assert greedy.logprob_max_diff([[{1: -1.0, 2: -2.0}]], [[{2: -2.5}]]) == 0.5

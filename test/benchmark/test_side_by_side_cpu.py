@@ -184,6 +184,18 @@ def test_profiles_with_requests_arriving_are_marked_and_kept_apart(tmp_path):
     assert "bench forward" not in table
 
 
+@pytest.mark.slow
+def test_greedy_logprobs_give_each_server_its_difference_from_base(tmp_path):
+    _, data = _run(tmp_path, "--no-bench", "--greedy-logprobs", "3")
+    assert not data.get("errors")
+    diffs = {(g["variant"], g["speculative"]): g.get("logprob_max_diff_vs_base")
+             for g in data["greedy_runs"]}
+    # the stand-in gives every server the same logprobs
+    assert diffs == {("base", "EAGLE3"): 0.0, ("upstream-0.5.13", "EAGLE3"): 0.0}
+    _, data = _run(tmp_path / "off", "--no-bench")
+    assert all("logprob_max_diff_vs_base" not in g for g in data["greedy_runs"])
+
+
 def test_profile_arrivals_without_a_profile_is_refused(tmp_path):
     res = subprocess.run([sys.executable, E2E, "run", "--profile-arrivals",
                           "--work-dir", str(tmp_path)], capture_output=True, text=True,
