@@ -83,9 +83,10 @@ def top_logprobs(url, prompts, new_tokens, k, fake_bootstrap=False):
                             "ignore_eos": True},
     }, fake_bootstrap)
     out = http_json(url + "/generate", payload, timeout=900)
-    # sglang: each position a list of (logprob, token id, text or None)
-    return [[{int(e[1]): float(e[0]) for e in position if e[0] is not None}
-             for position in o["meta_info"]["output_top_logprobs"]] for o in out]
+    # sglang: each position a list of (logprob, token id, text or None); a
+    # position it has none for counts as empty
+    return [[{int(e[1]): float(e[0]) for e in (position or ()) if e[0] is not None}
+             for position in o["meta_info"].get("output_top_logprobs") or ()] for o in out]
 
 
 def logprob_max_diff(a, b):

@@ -102,6 +102,13 @@ def test_a_server_without_logprobs_says_why_and_others_have_no_field():
     assert "logprob_max_diff_vs_base" not in runs["base"]  # none were taken
 
 
+def test_top_logprobs_reads_sglangs_shape_and_empty_positions(monkeypatch):
+    out = [{"meta_info": {"output_top_logprobs": [[[-0.1, 5, None], [-2.0, 9, None]], None]}},
+           {"meta_info": {}}]
+    monkeypatch.setattr(greedy, "http_json", lambda url, payload, timeout: out)
+    assert greedy.top_logprobs("u", [[1], [2]], 2, 2) == [[{5: -0.1, 9: -2.0}, {}], []]
+
+
 def test_logprob_difference_counts_only_tokens_both_name():
     assert greedy.logprob_max_diff([[{1: -1.0}]], [[{2: -1.0}]]) is None
     assert greedy.logprob_max_diff([[{1: -1.0, 2: -2.0}]], [[{2: -2.5}]]) == 0.5
