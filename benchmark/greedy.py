@@ -26,6 +26,18 @@ def mark_fake_bootstrap(payload, fake_bootstrap=True):
     return payload
 
 
+def greedy_body(input_ids, new_tokens, fake_bootstrap=False, **fields):
+    """The body of a greedy /generate request (temperature 0, exactly
+    new_tokens tokens: EOS ignored) for one prompt or a batch of them, with
+    any other top-level `fields` (stream, return_logprob, ...) and, where
+    fake_bootstrap, the fake transfer's marker."""
+    return mark_fake_bootstrap({
+        "input_ids": input_ids, **fields,
+        "sampling_params": {"temperature": 0.0, "max_new_tokens": new_tokens,
+                            "ignore_eos": True},
+    }, fake_bootstrap)
+
+
 def decode_in_background(url, prompts, new_tokens, timeout=600, fake_bootstrap=False):
     """One greedy /generate request per prompt, each in its own (started)
     thread, so that len(prompts) requests decode at once.  Returns the
@@ -36,10 +48,8 @@ def decode_in_background(url, prompts, new_tokens, timeout=600, fake_bootstrap=F
     errors = []
 
     def one(p):
-        body = {"input_ids": p, "sampling_params": {
-            "temperature": 0.0, "max_new_tokens": new_tokens, "ignore_eos": True}}
         try:
-            http_json(url + "/generate", mark_fake_bootstrap(body, fake_bootstrap),
+            http_json(url + "/generate", greedy_body(p, new_tokens, fake_bootstrap),
                       timeout=timeout)
         except Exception as e:
             errors.append(e)
@@ -59,12 +69,8 @@ def make_prompts(n, vocab, seed=0, min_len=16, max_len=160):
 
 def generate(url, prompts, new_tokens, fake_bootstrap=False):
     """One batched request; returns (output id lists, accept length or None)."""
-    payload = mark_fake_bootstrap({
-        "input_ids": prompts,
-        "sampling_params": {"temperature": 0.0, "max_new_tokens": new_tokens,
-                            "ignore_eos": True},
-    }, fake_bootstrap)
-    out = http_json(url + "/generate", payload, timeout=900)
+    out = http_json(url + "/generate", greedy_body(prompts, new_tokens, fake_bootstrap),
+                    timeout=900)
     ids = [o["output_ids"] for o in out]
     tokens = sum(o["meta_info"].get("completion_tokens", 0) for o in out)
     verify = sum(o["meta_info"].get("spec_verify_ct", 0) for o in out)
@@ -77,11 +83,8 @@ def top_logprobs(url, prompts, new_tokens, k, fake_bootstrap=False):
     {token id: logprob}. A kernel that read other KV would leave the
     synthetic models' greedy tokens as they are (their margin), but not
     these."""
-    payload = mark_fake_bootstrap({
-        "input_ids": prompts, "return_logprob": True, "top_logprobs_num": k,
-        "sampling_params": {"temperature": 0.0, "max_new_tokens": new_tokens,
-                            "ignore_eos": True},
-    }, fake_bootstrap)
+    payload = greedy_body(prompts, new_tokens, fake_bootstrap, return_logprob=True,
+                          top_logprobs_num=k)
     out = http_json(url + "/generate", payload, timeout=900)
     # sglang: each position a list of (logprob, token id, text or None); a
     # position it has none for counts as empty

@@ -32,10 +32,7 @@ FIRST_TOKEN_TIMEOUT_S = 120.0  # the long generations of a round must all be dec
 
 
 def payload(prompt, new_tokens, rank, stream):
-    p = {"input_ids": prompt,
-         "sampling_params": {"temperature": 0.0, "max_new_tokens": new_tokens,
-                             "ignore_eos": True},
-         "stream": stream}
+    p = greedy.greedy_body(prompt, new_tokens, stream=stream)
     if rank is not None:
         p["routed_dp_rank"] = rank
     return p

@@ -124,10 +124,7 @@ def stream_in_background(url, prompts, new_tokens, timeout_s, fake_bootstrap=Fal
     stop = threading.Event()
 
     def one(i, p):
-        body = greedy.mark_fake_bootstrap({
-            "input_ids": p, "stream": True, "sampling_params": {
-                "temperature": 0.0, "max_new_tokens": new_tokens, "ignore_eos": True}},
-            fake_bootstrap)
+        body = greedy.greedy_body(p, new_tokens, fake_bootstrap, stream=True)
         req = urllib.request.Request(url + "/generate", data=json.dumps(body).encode(),
                                      headers={"Content-Type": "application/json"})
         seen = 0
@@ -175,9 +172,7 @@ def arrive_in_background(url, clients, vocab, input_len, output_len, timeout_s,
             while not stop.is_set():
                 prompt = greedy.make_prompts(1, vocab, seed=1000 * i + k, min_len=input_len,
                                              max_len=input_len)[0]
-                body = greedy.mark_fake_bootstrap({"input_ids": prompt, "sampling_params": {
-                    "temperature": 0.0, "max_new_tokens": output_len, "ignore_eos": True}},
-                    fake_bootstrap)
+                body = greedy.greedy_body(prompt, output_len, fake_bootstrap)
                 http_json(url + "/generate", body, timeout=timeout_s)
                 k += 1
                 progress.update(i, k)
