@@ -679,20 +679,21 @@ def profile_point(st, opts: RunOptions, m, c, with_stack, vocab):
     t0 = time.time()
     try:
         out = os.path.join(opts.work_dir, "profiles")
-        if opts.profile_arrivals:
-            window_start = None
+        if opts.profile_arrivals:  # requests arriving: the window holds their prefills
             traces = profiling.capture_arrivals(
                 m.srv.url, out, steps, with_stack, c, vocab, input_len=opts.input_len,
                 output_len=opts.output_len, ranks=opts.tp,
                 fake_bootstrap=opts.disaggregation_decode)
+            where, opening, mode = {"arrivals": True}, "with requests arriving", "-arrivals"
         else:
-            traces, window_start = profiling.capture(
+            traces, start = profiling.capture(
                 m.srv.url, out, steps, with_stack, c, vocab, input_len=opts.input_len,
                 ranks=opts.tp, fake_bootstrap=opts.disaggregation_decode)
+            where = {"window_start_tokens": start}
+            opening, mode = f"from {start[0]}-{start[1]} tokens decoded", ""
         summaries = {}
         for rank, trace in traces.items():
             rk = "" if opts.tp == 1 else f"-rank{rank}"
-            mode = "-arrivals" if opts.profile_arrivals else ""
             name = f"{m.tag}-c{c}{mode}-{kind}{rk}.trace.json.gz"
             named = os.path.join(os.path.dirname(trace), name)  # which server, kind, rank
             os.replace(trace, named)
@@ -701,11 +702,6 @@ def profile_point(st, opts: RunOptions, m, c, with_stack, vocab):
         st.errors.append(f"profile {m.tag} c={c} {kind}: {e}"[:2000])
         st.log(f"  {m.tag} c={c}: profile ({kind}) failed: {e}")
         return
-    if window_start is None:  # requests arriving: the window holds their prefills
-        where, opening = {"arrivals": True}, "with requests arriving"
-    else:
-        where = {"window_start_tokens": window_start}
-        opening = f"from {window_start[0]}-{window_start[1]} tokens decoded"
     for rank, (name, summary) in summaries.items():
         st.profiles.append({"variant": m.var, "attention_backend": m.be, "speculative": m.spec,
                             "overlap": m.ov, "piecewise_cuda_graph": m.pw, "concurrency": c,
