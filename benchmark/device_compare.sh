@@ -50,6 +50,9 @@
 #   - PIN=1: e2e --pin-cpus, each server of the comparison and the bench
 #     client on whole physical cores of their own (with PAIRS: within each
 #     copy's slice)
+#   - ROTATE=1 (with PIN=1 and SIDE_BY_SIDE): e2e --rotate-cpus, before each
+#     repeat every server moves to the next server's CPU set, so no build
+#     keeps one place for the whole call
 #   - PAIRS=P (with SIDE_BY_SIDE): P copies of that comparison at once, each
 #     on 1/P of the GPUs and CPUs, repeats pooled (benchmark/pairs.py); e.g.
 #     PAIRS=2 --tp 2 on four GPUs gives twice the repeats in the same time
@@ -165,6 +168,7 @@ if [ -n "$SIDE_BY_SIDE" ]; then
 fi
 
 [ "$PIN" = 1 ] && set -- "$@" --pin-cpus
+[ "$ROTATE" = 1 ] && set -- "$@" --rotate-cpus
 [ "$KEEP_SERVERS" = 1 ] && set -- "$@" --keep-servers
 rc=0
 [ -n "$PAIRS" ] && [ -z "$SIDE_BY_SIDE" ] && { log "ERROR: PAIRS needs SIDE_BY_SIDE"; exit 2; }

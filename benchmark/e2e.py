@@ -190,6 +190,10 @@ def build_parser():
                    help="give each server that runs at a time, and the bench client, "
                         "whole physical cores of its own (sched_setaffinity), so one "
                         "server's host work never shares a core with another's")
+    r.add_argument("--rotate-cpus", action="store_true",
+                   help="with --side-by-side and --pin-cpus: before each repeat, move "
+                        "every server to the next server's CPU set, so each build is "
+                        "measured on every place in turn; each sample records its set")
     r.add_argument("--port-base", type=int,
                    help="first port the servers try (runs at the same time on one "
                         "machine need bases far apart, e.g. benchmark/pairs.py)")
@@ -328,6 +332,9 @@ def run_options(ns, ap):
     if opts.keep_servers and not opts.side_by_side:
         ap.error("--keep-servers needs --side-by-side: servers run one at a time "
                  "otherwise, and a kept one would hold the GPU beside the next")
+    if opts.rotate_cpus and not (opts.side_by_side and opts.pin_cpus):
+        ap.error("--rotate-cpus needs --side-by-side and --pin-cpus: it moves the "
+                 "servers of a comparison between their pinned CPU sets")
     if opts.profile_arrivals and not (opts.profile_steps or opts.profile_stack_steps):
         ap.error("--profile-arrivals needs --profile-steps or --profile-stack-steps: "
                  "it says how a profile is taken, and none would be")

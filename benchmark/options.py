@@ -63,6 +63,7 @@ class RunOptions:
     start_together: bool = False
     keep_servers: bool = False
     pin_cpus: bool = False
+    rotate_cpus: bool = False
     port_base: int = 30000
     server_arg: tuple[str, ...] = ()  # extra launch_server arguments
     # --faults

@@ -25,7 +25,7 @@ import sizing
 import trace_steps
 from bench import BenchRunner, probe_throughput, run_bench
 from builds import apply_series, detect_card, ensure_models, load_fmap, parse_variant, variant_env
-from cpus import cpu_list, pin_cpus
+from cpus import cpu_list, move_group, pin_cpus, rotated_place
 from options import RunOptions
 from server import Server, free_port, server_command, sglpatch_line
 
@@ -160,6 +160,8 @@ class Run:
                           "max_total_tokens": self.opts.max_total_tokens,
                           # each server and the bench client on cores of its own
                           "pin_cpus": self.server_cpus is not None,
+                          # each repeat moved every server to the next one's CPU set
+                          "rotate_cpus": bool(self.opts.rotate_cpus and self.server_cpus),
                           "debug_env": debug_env()}}
         if self.errors:
             data["errors"] = self.errors
@@ -441,14 +443,43 @@ def serve_group(st, opts: RunOptions, group, target, draft, vocab):
             profile_point(st, opts, m, c, stack, vocab)
         if opts.no_bench:
             return
+        if opts.rotate_cpus and st.server_cpus:
+            # however the loop ends, each server goes back to its launch set
+            # (a kept server's fingerprint names that set)
+            stack.callback(lambda: [place_group(st, m, m.srv.cpus) for m in group])
+        placed = None
         for rep, c, m in bench_order(list(group), opts.repeats, opts.concurrency):
             if m not in group:  # its server failed an earlier point
                 continue
             if st.time_left() < 30:
                 st.log(f"  deadline: stop at rep {rep} c={c} ({m.tag})")
                 return
+            if opts.rotate_cpus and st.server_cpus and placed != rep:
+                rotate_places(st, group, rep)
+                placed = rep
             survives(st, m, group, f"rep {rep} c={c}",
                      lambda: bench_point(st, opts, m, rep, c, target, vocab))
+
+
+def place_group(st, m, cpus):
+    """Server m's processes, all their threads, onto `cpus`; m.cpus_now is
+    where it runs."""
+    if m.srv is None or m.srv.proc is None:
+        return
+    move_group(m.srv.proc.pid, cpus)
+    m.cpus_now = cpus
+
+
+def rotate_places(st, group, rep):
+    """--rotate-cpus, before repeat `rep`: every server of the group onto
+    the CPU set rotated_place gives it, so that over as many repeats as
+    there are sets each build is measured on each place. A server's place
+    is its launch set's index in the pinned sets."""
+    sets = st.server_cpus
+    for m in group:
+        index = sets.index(m.srv.cpus)
+        place_group(st, m, sets[rotated_place(index, rep, len(sets))])
+    st.log(f"  rep {rep}: " + ", ".join(f"{m.tag} on {cpu_list(m.cpus_now)}" for m in group))
 
 
 def survives(st, m, group, what, measure):
@@ -744,6 +775,8 @@ def bench_point(st, opts: RunOptions, m, rep, c, target, vocab):
         m.nprompts[c] = sizing.grown(m.nprompts[c], c, sample.get("duration_s") or 0,
                                      opts.min_seconds)
     sample["rep"] = rep  # pairs it with the other builds' same repeat (results.paired_ratios)
+    if opts.rotate_cpus and getattr(m, "cpus_now", None):
+        sample["cpus"] = cpu_list(m.cpus_now)  # this repeat's place (rotate_places)
     st.samples.setdefault(m.run_key(c), []).append(sample)
     st.log(f"  {m.tag} rep {rep} c={c}: TPOT {sample['tpot_ms']:.3f} ms ITL "
            f"{sample['itl_ms']:.3f} ms {sample['output_tok_per_s']:.0f} tok/s "
