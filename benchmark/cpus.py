@@ -93,40 +93,6 @@ def pin_child(cpus):
     return (lambda: os.sched_setaffinity(0, cpus)) if cpus else None
 
 
-def group_threads(pgid, proc="/proc"):
-    """Every thread (its id) of every process in process group `pgid`, as
-    /proc lists them now: a server launched in a session of its own
-    (benchmark/server.py) with the schedulers and detokenizer it forked."""
-    tids = []
-    for name in os.listdir(proc):
-        if not name.isdigit():
-            continue
-        try:
-            with open(os.path.join(proc, name, "stat")) as fh:
-                stat = fh.read()
-            # after the command's closing parenthesis: state, ppid, pgrp
-            if int(stat[stat.rindex(")") + 2:].split()[2]) != pgid:
-                continue
-            tids += [int(t) for t in os.listdir(os.path.join(proc, name, "task"))]
-        except (OSError, ValueError):
-            continue  # gone since the listing
-    return tids
-
-
-def move_group(pgid, cpus):
-    """Every thread of process group `pgid` onto `cpus`; the threads and
-    processes they start later inherit it. Returns how many threads moved
-    (one that ended meanwhile is skipped)."""
-    moved = 0
-    for tid in group_threads(pgid):
-        try:
-            os.sched_setaffinity(tid, cpus)
-            moved += 1
-        except (ProcessLookupError, FileNotFoundError):
-            continue
-    return moved
-
-
 def rotated_place(index, rep, k):
     """--rotate-cpus: which of the k server CPU sets the server launched on
     set `index` runs on in repeat `rep`. Each repeat moves every server one

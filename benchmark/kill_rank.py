@@ -55,7 +55,8 @@ sys.path.insert(0, HERE)
 import greedy  # noqa: E402
 from builds import (apply_series, detect_card, ensure_models, parse_variant,  # noqa: E402
                     variant_env)
-from server import Server, free_port, server_command, stop_group, tail  # noqa: E402
+from server import (Server, free_port, group_processes, server_command,  # noqa: E402
+                    stop_group, tail)
 
 SCENARIOS = ("idle", "busy")
 BUSY_SETTLE_S = 0.5  # busy: from every client's first token to the kill
@@ -63,36 +64,7 @@ LOG_TAIL_LINES = 40
 
 
 # ---------------------------------------------------------------------------
-# the server's processes, from /proc
-def process_title(cmdline):
-    """A process's title from its /proc cmdline (bytes): the first word.
-    setproctitle writes the title over argv, NUL- or space-padded."""
-    words = cmdline.replace(b"\0", b" ").split()
-    return words[0].decode(errors="replace") if words else ""
-
-
-def group_processes(pgid, proc="/proc"):
-    """[(pid, ppid, title)] of the live (not zombie) processes of process group
-    `pgid`, by pid."""
-    out = []
-    for name in os.listdir(proc):
-        if not name.isdigit():
-            continue
-        try:
-            with open(os.path.join(proc, name, "stat")) as fh:
-                stat = fh.read()
-            with open(os.path.join(proc, name, "cmdline"), "rb") as fh:
-                cmdline = fh.read()
-        except OSError:  # gone meanwhile
-            continue
-        # "pid (comm) state ppid pgrp ...": comm may hold spaces and parentheses
-        fields = stat[stat.rindex(")") + 2:].split()
-        state, ppid, pgrp = fields[0], int(fields[1]), int(fields[2])
-        if pgrp == pgid and state not in ("Z", "X"):
-            out.append((int(name), ppid, process_title(cmdline)))
-    return sorted(out)
-
-
+# the server's processes, from /proc (server.group_processes)
 def find_by_title(title, pgid, proc="/proc"):
     """PIDs of group `pgid`'s processes titled exactly `title`, leaving out
     those whose parent bears the title too (a helper a scheduler forked

@@ -25,9 +25,9 @@ import sizing
 import trace_steps
 from bench import BenchRunner, probe_throughput, run_bench
 from builds import apply_series, detect_card, ensure_models, load_fmap, parse_variant, variant_env
-from cpus import cpu_list, move_group, pin_cpus, rotated_place
+from cpus import cpu_list, pin_cpus, rotated_place
 from options import RunOptions
-from server import Server, free_port, server_command, sglpatch_line
+from server import Server, free_port, move_group, server_command, sglpatch_line
 
 
 class Run:

@@ -122,6 +122,62 @@ def server_command(python, target, draft, port, attention_backend, speculative,
     return cmd + list(extra)
 
 
+def process_title(cmdline):
+    """A process's title from its /proc cmdline (bytes): the first word.
+    setproctitle writes the title over argv, NUL- or space-padded."""
+    words = cmdline.replace(b"\0", b" ").split()
+    return words[0].decode(errors="replace") if words else ""
+
+
+def group_processes(pgid, proc="/proc"):
+    """[(pid, ppid, title)] of the live (not zombie) processes of process group
+    `pgid`, by pid."""
+    out = []
+    for name in os.listdir(proc):
+        if not name.isdigit():
+            continue
+        try:
+            with open(os.path.join(proc, name, "stat")) as fh:
+                stat = fh.read()
+            with open(os.path.join(proc, name, "cmdline"), "rb") as fh:
+                cmdline = fh.read()
+        except OSError:  # gone meanwhile
+            continue
+        # "pid (comm) state ppid pgrp ...": comm may hold spaces and parentheses
+        fields = stat[stat.rindex(")") + 2:].split()
+        state, ppid, pgrp = fields[0], int(fields[1]), int(fields[2])
+        if pgrp == pgid and state not in ("Z", "X"):
+            out.append((int(name), ppid, process_title(cmdline)))
+    return sorted(out)
+
+
+def group_threads(pgid, proc="/proc"):
+    """The thread ids of every live process of group `pgid` (a server
+    launched in a session of its own, with the schedulers and detokenizer
+    it forked), as /proc lists them now."""
+    tids = []
+    for pid, _, _ in group_processes(pgid, proc):
+        try:
+            tids += [int(t) for t in os.listdir(os.path.join(proc, str(pid), "task"))]
+        except OSError:  # gone since the listing
+            continue
+    return tids
+
+
+def move_group(pgid, cpus):
+    """Every thread of process group `pgid` onto `cpus` (--rotate-cpus); the
+    threads and processes they start later inherit it. Returns how many
+    threads moved (one that ended meanwhile is skipped)."""
+    moved = 0
+    for tid in group_threads(pgid):
+        try:
+            os.sched_setaffinity(tid, cpus)
+            moved += 1
+        except (ProcessLookupError, FileNotFoundError):
+            continue
+    return moved
+
+
 def group_alive(pgid):
     try:
         os.killpg(pgid, 0)

@@ -15,6 +15,7 @@ sys.path.insert(0, os.path.join(REPO, "benchmark"))
 
 import cpus  # noqa: E402
 import run  # noqa: E402
+import server  # noqa: E402
 
 # A stand-in server's process tree: the launcher with a second thread, and a
 # child process (sglang's scheduler) with one of its own; all idle.
@@ -50,7 +51,7 @@ def two_trees():
 
 
 def _affinities(pgid):
-    return [sorted(os.sched_getaffinity(t)) for t in cpus.group_threads(pgid)]
+    return [sorted(os.sched_getaffinity(t)) for t in server.group_threads(pgid)]
 
 
 class _Member:
@@ -62,12 +63,12 @@ class _Member:
 def test_group_threads_finds_every_thread_of_the_tree(two_trees):
     procs, _ = two_trees
     for _ in range(50):  # the threads start right after the lines are printed
-        tids = cpus.group_threads(procs[0].pid)
+        tids = server.group_threads(procs[0].pid)
         if len(tids) >= 4:
             break
         time.sleep(0.1)
     assert len(tids) == 4  # two processes, two threads each
-    assert not set(tids) & set(cpus.group_threads(procs[1].pid))
+    assert not set(tids) & set(server.group_threads(procs[1].pid))
 
 
 def test_each_repeat_moves_every_server_to_the_next_set(two_trees):
