@@ -19,8 +19,13 @@ import sys
 from pathlib import Path
 
 # third-party packages sglang's scheduler and workers import; those missing
-# here are skipped
+# here are skipped. The second line: what sglang's import pulls in besides
+# (its module-level torch.compile calls load inductor and functorch, its
+# quantization configs compressed_tensors and networkx), about half of a
+# child's import (2-3 s of CPU a child) when left to each child.
 PRELOAD = ("torch", "torch.distributed", "torch._dynamo", "torchvision", "triton",
+           "torch._inductor.compile_fx", "functorch.compile", "torch._dynamo.testing",
+           "networkx", "compressed_tensors", "gguf", "partial_json_parser", "loguru",
            "transformers", "transformers.models.auto", "numpy", "safetensors",
            "huggingface_hub", "fastapi", "uvicorn", "aiohttp", "requests", "zmq",
            "pydantic", "openai", "msgspec", "orjson", "psutil", "PIL", "einops", "tqdm",
