@@ -13,11 +13,12 @@ TEST_WORKERS ?= 4
 # One OpenMP thread per process: workers that each ran torch on every CPU
 # would spin against one another (a 1 s model test took 40 s beside three).
 # Bytecode is written whatever the environment says, under the venv, never
-# beside the sources: setup installs with --no-compile, so under
-# PYTHONDONTWRITEBYTECODE=1 every test process and subprocess compiled
-# torch, transformers and sglang from source again (the scheduler's import
-# took about twice as long as with bytecode), and the tests check that some
-# commands write nothing into their trees.
+# beside the sources: setup writes no bytecode beside the installed files
+# (it compiles torch, transformers and sglang into this prefix), so under
+# PYTHONDONTWRITEBYTECODE=1 every test process and subprocess compiled them
+# from source again (the scheduler's import took about twice as long as
+# with bytecode), and the tests check that some commands write nothing into
+# their trees.
 PYTEST := OMP_NUM_THREADS=1 PYTHONDONTWRITEBYTECODE= \
           PYTHONPYCACHEPREFIX=$(abspath $(VENV))/pycache \
           $(VENV)/bin/python -m pytest test -q -ra \
