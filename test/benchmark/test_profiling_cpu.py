@@ -92,9 +92,12 @@ class Fake:
                         chunk = {"output_ids": [7]}
                         if fake.meta:
                             chunk["meta_info"] = {"completion_tokens": i + 1}
-                        self.wfile.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
-                        self.wfile.flush()
+                        # the count moves with the chunk, under the lock /start_profile
+                        # reads it with: a client that read this chunk and asked for the
+                        # profile at once found the count one short (127 < 128) otherwise
                         with fake.lock:
+                            self.wfile.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+                            self.wfile.flush()
                             fake.sent[me] = i + 1
                     self.wfile.write(b"data: [DONE]\n\n")
                 except (BrokenPipeError, ConnectionResetError):
