@@ -70,9 +70,10 @@ def test_an_upstream_release_is_a_variant():
                      "upstream-0.5.13.post1", "upstream-0.5.17"]
 
 
-def _site_with(tmp_path, patches):
+def _site_with(tmp_path, patches, importer):
     """A copy of the venv's (patched) sglang with these trial patches applied
-    in order by the device scripts' own candidate_apply."""
+    in order by the device scripts' own candidate_apply, and the venv's
+    bytecode for the files they leave as they were."""
     site = tmp_path / "site"
     site.mkdir()
     shutil.copytree(installed_sglang(), site / "sglang",
@@ -82,6 +83,7 @@ def _site_with(tmp_path, patches):
                          cwd=REPO, env=dict(os.environ, OUT_DIR=str(tmp_path)),
                          capture_output=True, text=True)
     assert res.returncode == 0, res.stdout + res.stderr
+    importer.link_bytecode(installed_sglang(), site / "sglang")
     return site
 
 
@@ -121,7 +123,7 @@ def _their_tests_pass(tmp_path, site, patches, importer):
 @pytest.mark.slow  # one worker, one zygote (test/conftest.py)
 @pytest.mark.parametrize("patch", PATCHES, ids=os.path.basename)
 def test_trial_patch_applies_on_the_series_and_its_tests_pass(patch, tmp_path, importer):
-    _their_tests_pass(tmp_path, _site_with(tmp_path, [patch]), [patch], importer)
+    _their_tests_pass(tmp_path, _site_with(tmp_path, [patch], importer), [patch], importer)
 
 
 def test_base_again_is_a_variant_beside_base():

@@ -10,6 +10,7 @@ back as a fresh interpreter's would. A child changes nothing in the
 zygote, so each request sees only its own site's sglang.
 """
 
+import importlib.util
 import json
 import os
 import select
@@ -72,6 +73,8 @@ class Zygote:
     zygote's life: the first request's)."""
 
     def __init__(self, env, python=sys.executable, preload=PRELOAD):
+        # where the children read and write bytecode (None: beside the sources)
+        self.pycache_prefix = env.get("PYTHONPYCACHEPREFIX") or None
         # a session of its own: a stuck child is killed with the zygote
         self.proc = subprocess.Popen(
             [python, "-W", "ignore", "-c", _SERVE, *preload], env=env,
@@ -98,6 +101,36 @@ class Zygote:
             raise RuntimeError(f"the import zygote died (exit {self.proc.wait()})")
         rc = json.loads(line)["rc"]
         return rc, out.read_text(), err.read_text()
+
+    def link_bytecode(self, src, dst):
+        """For each .py file under `dst` (a copy of `src` made with its files'
+        mtimes, as shutil.copytree does) that has the size and mtime of its
+        namesake under `src`, a hard link where the children look for its
+        bytecode to the .pyc this process reads for the `src` file. Without
+        it each child compiled its new site's modules again; Python itself
+        judges a .pyc by the source's size and mtime (in seconds), so a file
+        changed since the copy is compiled as before, and a link it finds
+        stale is replaced (Python writes a new file), never written through.
+        """
+        tag = sys.implementation.cache_tag
+        src, dst = os.path.abspath(src), os.path.abspath(dst)  # as imported: no realpath
+        for root, _, files in os.walk(dst):
+            rel = os.path.relpath(root, dst)
+            for name in files:
+                if not name.endswith(".py"):
+                    continue
+                mine, theirs = os.path.join(root, name), os.path.join(src, rel, name)
+                try:
+                    a, b = os.stat(mine), os.stat(theirs)
+                    if a.st_size != b.st_size or int(a.st_mtime) != int(b.st_mtime):
+                        continue
+                    pyc = f"{name[:-3]}.{tag}.pyc"
+                    cached = (os.path.join(root, "__pycache__", pyc) if self.pycache_prefix is None
+                              else os.path.join(self.pycache_prefix, root.lstrip(os.sep), pyc))
+                    os.makedirs(os.path.dirname(cached), exist_ok=True)
+                    os.link(importlib.util.cache_from_source(theirs), cached)
+                except OSError:
+                    continue
 
     def kill(self):
         """The zygote and any child it forked."""
