@@ -152,20 +152,31 @@ def turn_cell(entry):
                       for t in (turn["base_first"], turn["base_last"]))
 
 
+def place_cell(entry):
+    """"0-2: 0.71 (2) / 3-5: 0.69 (2)": the paired ratios by the CPU set the
+    build ran on (--rotate-cpus)."""
+    place = entry.get("by_place")
+    if not place:
+        return "—"
+    return " / ".join(f"{cpus}: {p['geo_mean']:.2f} ({p['n']})" for cpus, p in place.items())
+
+
 UPSTREAM = "upstream-0.5.13"
 
 
-def paired_rows(pairs, turns):
+def paired_rows(pairs, turns, places=False):
     return [[setting(e), e["concurrency"], " / ".join(f"{x:.2f}" for x in e["ratios"]),
              e["median"], f"{e['below_1']} of {len(e['ratios'])}", interval_cell(e),
              e["repeats_for_3pct"], e["paired_by"]] + ([turn_cell(e)] if turns else [])
+            + ([place_cell(e)] if places else [])
             for e in sorted(pairs, key=point_order)]
 
 
-def paired_header(reference, turns, what="TPOT"):
+def paired_header(reference, turns, what="TPOT", places=False):
     return ["setting", "c", f"{what} / {reference}'s, per repeat", "median", "below 1.00",
             "geo mean [90% interval]", "repeats for ±3%", "paired by"] + (
-                ["geo mean, base first / base last (repeats)"] if turns else [])
+                ["geo mean, base first / base last (repeats)"] if turns else []) + (
+                ["geo mean by the build's CPU set (repeats)"] if places else [])
 
 
 def paired_section(data):
@@ -179,6 +190,7 @@ def paired_section(data):
     if not pairs:
         return []
     turns = any("by_turn" in e for e in pairs)
+    places = any("by_place" in e for e in pairs)
     out = ["## Paired repeats", "",
            "Each build's TPOT over base's in the same repeat: the servers ran side by side "
            "and were measured in turn, so a repeat's pair shares the machine's moment. "
@@ -187,8 +199,12 @@ def paired_section(data):
            "±3% describe the scatter within this call only; calls and machines differ by "
            "more." + (" Where the servers' turn alternates (base measured first in even "
                       "repeats, last in odd ones), the last column splits the ratios by "
-                      "it: a ratio that moves with the turn is partly the turn's." if turns else ""), "",
-           table(paired_header("base", turns), paired_rows(pairs, turns))]
+                      "it: a ratio that moves with the turn is partly the turn's." if turns else "")
+           + (" Where the servers changed CPU sets each repeat (--rotate-cpus), the "
+              "last column splits them by the build's set: a ratio that moves with the "
+              "set is partly the place's." if places else ""), "",
+           table(paired_header("base", turns, places=places),
+                 paired_rows(pairs, turns, places))]
     # the turn split is base's (listed first), so it is left out of these
     for upstream in results.upstreams(data):
         version = upstream.split("-", 1)[1]

@@ -280,8 +280,25 @@ def paired_ratios(data, base="base", metric="tpot_ms"):
                      **ratio_interval(ratios))
         if how == "repeat" and (data.get("bench") or {}).get("turn") == "alternating":
             entry["by_turn"] = by_turn(matched)
+        places = {k: x.get("cpus") for k, x in zip(keys, r.get("samples", []))}
+        if how == "repeat" and all(places.get(k) for k, _ in matched):
+            entry["by_place"] = by_place(matched, places)
         out.append(entry)
     return out
+
+
+def by_place(matched, places):
+    """Paired ratios split by the CPU set the build ran on in each repeat
+    (e2e --rotate-cpus: each sample records its `cpus`). [((call, rep),
+    ratio)], {(call, rep): cpus} -> {cpus: {"n", "geo_mean"}}, sets by their
+    first CPU. A build whose ratio moves with its set measured the place as
+    well as the patch."""
+    out = {}
+    for k, x in matched:
+        out.setdefault(places[k], []).append(x)
+    first_cpu = lambda cpus: int(cpus.split(",")[0].split("-")[0])  # noqa: E731
+    return {cpus: {"n": len(out[cpus]), "geo_mean": ratio_interval(out[cpus])["geo_mean"]}
+            for cpus in sorted(out, key=first_cpu)}
 
 
 def by_turn(matched):

@@ -110,6 +110,14 @@ def test_side_by_side_page_pairs_each_repeat_with_base():
     section = report.render(data, "x.json").split("## Paired repeats", 1)[1]
     assert "| geo mean, base first / base last (repeats) |" in section
     assert "| 365 | repeat | 1.20 (1) / 0.75 (1) |" in section
+    # --rotate-cpus: each repeat names the build's set, and a column splits by it
+    assert "CPU set" not in section
+    for run, sets in zip(data["runs"], (["0-2", "3-5"], ["3-5", "0-2"])):
+        run["samples"] = [dict(x, cpus=s) for x, s in zip(run["samples"], sets)]
+    section = report.render(data, "x.json").split("## Paired repeats", 1)[1]
+    assert "| geo mean by the build's CPU set (repeats) |" in section
+    # patched ran repeat 0 (1.20) on 0-2 and repeat 1 (0.75) on 3-5
+    assert "| 1.20 (1) / 0.75 (1) | 0-2: 1.20 (1) / 3-5: 0.75 (1) |" in section
     # measured one server at a time, repeats share no moment: no such section
     data["bench"]["side_by_side"] = False
     assert "## Paired repeats" not in report.render(data, "x.json")

@@ -317,3 +317,21 @@ def test_paired_ratios_split_by_turn_where_it_alternates():
     data["bench"]["turn"] = "base first"
     (entry,) = results.paired_ratios(data)
     assert "by_turn" not in entry
+
+
+def test_paired_ratios_split_by_the_builds_cpu_set_where_servers_rotated():
+    # --rotate-cpus: each repeat's sample records the set its server ran on
+    base = _with_reps(_sampled("base", [2.0, 2.0, 2.0, 2.0]), [0, 1, 2, 3])
+    patched = _with_reps(_sampled("patched", [1.0, 1.6, 1.0, 1.6]), [0, 1, 2, 3])
+    for run, sets in ((base, ["0-2", "3-5"] * 2), (patched, ["3-5", "0-2"] * 2)):
+        run["samples"] = [dict(x, cpus=s) for x, s in zip(run["samples"], sets)]
+    (entry,) = results.paired_ratios(_data([base, patched]))
+    # patched on 3-5: 0.5 and 0.5; on 0-2: 0.8 and 0.8
+    assert entry["by_place"] == {"0-2": {"n": 2, "geo_mean": 0.8},
+                                 "3-5": {"n": 2, "geo_mean": 0.5}}
+    assert list(entry["by_place"]) == ["0-2", "3-5"]  # by first CPU
+    # servers that kept their sets record none: no split
+    for run in (base, patched):
+        run["samples"] = [{k: v for k, v in x.items() if k != "cpus"} for x in run["samples"]]
+    (entry,) = results.paired_ratios(_data([base, patched]))
+    assert "by_place" not in entry
