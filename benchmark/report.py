@@ -198,8 +198,10 @@ def paired_section(data):
            "interval (Student t on the log ratios) and the repeats that would narrow it to "
            "±3% describe the scatter within this call only; calls and machines differ by "
            "more." + (" Where the servers' turn alternates (base measured first in even "
-                      "repeats, last in odd ones), the last column splits the ratios by "
-                      "it: a ratio that moves with the turn is partly the turn's." if turns else "")
+                      "repeats, last in odd ones), the "
+                      + ("column before the last" if places else "last column")
+                      + " splits the ratios by it: a ratio that moves with the turn is "
+                      "partly the turn's." if turns else "")
            + (" Where the servers changed CPU sets each repeat (--rotate-cpus), the "
               "last column splits them by the build's set: a ratio that moves with the "
               "set is partly the place's." if places else ""), "",

@@ -299,6 +299,7 @@ class Member:
         self.tag = f"{var}-{be}-ov{int(ov)}-{spec}-pcg{int(pw)}"
         self.srv = None
         self.nprompts = {}  # concurrency -> bench prompts (only grows)
+        self.cpus_now = None  # --rotate-cpus: the CPU set it runs on now (rotate_places)
         # (retraction lines, requests) its log held after its last storm
         self.retractions_seen = (0, 0)
 
@@ -446,7 +447,7 @@ def serve_group(st, opts: RunOptions, group, target, draft, vocab):
         if opts.rotate_cpus and st.server_cpus:
             # however the loop ends, each server goes back to its launch set
             # (a kept server's fingerprint names that set)
-            stack.callback(lambda: [place_group(st, m, m.srv.cpus) for m in group])
+            stack.callback(place_back, st, group)
         placed = None
         for rep, c, m in bench_order(list(group), opts.repeats, opts.concurrency):
             if m not in group:  # its server failed an earlier point
@@ -468,6 +469,12 @@ def place_group(st, m, cpus):
         return
     move_group(m.srv.proc.pid, cpus)
     m.cpus_now = cpus
+
+
+def place_back(st, group):
+    """Each server of the group back onto the CPU set it was launched on."""
+    for m in group:
+        place_group(st, m, m.srv.cpus)
 
 
 def rotate_places(st, group, rep):
@@ -775,7 +782,7 @@ def bench_point(st, opts: RunOptions, m, rep, c, target, vocab):
         m.nprompts[c] = sizing.grown(m.nprompts[c], c, sample.get("duration_s") or 0,
                                      opts.min_seconds)
     sample["rep"] = rep  # pairs it with the other builds' same repeat (results.paired_ratios)
-    if opts.rotate_cpus and getattr(m, "cpus_now", None):
+    if opts.rotate_cpus and m.cpus_now:
         sample["cpus"] = cpu_list(m.cpus_now)  # this repeat's place (rotate_places)
     st.samples.setdefault(m.run_key(c), []).append(sample)
     st.log(f"  {m.tag} rep {rep} c={c}: TPOT {sample['tpot_ms']:.3f} ms ITL "
