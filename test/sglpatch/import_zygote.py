@@ -23,14 +23,26 @@ from pathlib import Path
 # here are skipped. The second line: what sglang's import pulls in besides
 # (its module-level torch.compile calls load inductor and functorch, its
 # quantization configs compressed_tensors and networkx), about half of a
-# child's import (2-3 s of CPU a child) when left to each child.
+# child's import (2-3 s of CPU a child) when left to each child. The last
+# lines: what sglang.test.test_utils and the server's modules pull in (pandas,
+# datasets and IPython alone are about 1 s of CPU a child), and the
+# submodules of the packages above that its import reaches; a child's
+# import of the series' modules then takes about 1 s of CPU, not 2.3.
 PRELOAD = ("torch", "torch.distributed", "torch._dynamo", "torchvision", "triton",
            "torch._inductor.compile_fx", "functorch.compile", "torch._dynamo.testing",
            "networkx", "compressed_tensors", "gguf", "partial_json_parser", "loguru",
            "transformers", "transformers.models.auto", "numpy", "safetensors",
            "huggingface_hub", "fastapi", "uvicorn", "aiohttp", "requests", "zmq",
            "pydantic", "openai", "msgspec", "orjson", "psutil", "PIL", "einops", "tqdm",
-           "xgrammar", "outlines", "flashinfer")
+           "xgrammar", "outlines", "flashinfer",
+           "pandas", "datasets", "IPython", "pyarrow", "fsspec", "traitlets", "dateutil",
+           "multiprocess", "pybase64", "xxhash", "setproctitle", "pytest",
+           "transformers.processing_utils", "transformers.modeling_outputs",
+           "transformers.models.llama.modeling_llama", "transformers.video_processing_utils",
+           "transformers.models.auto.processing_auto",
+           "transformers.models.auto.tokenization_auto", "torchvision.transforms.v2",
+           "aiohttp.web", "starlette.routing", "starlette.responses", "starlette.middleware",
+           "zmq.asyncio", "triton.tools.tensor_descriptor")
 
 _SERVE = r"""
 import importlib, json, os, sys, traceback
