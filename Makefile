@@ -6,6 +6,9 @@
 # `make test-fast`: the edit loop: the same without the tests marked slow
 #   (end-to-end harness runs against the stand-in server, every prefix of
 #   the series imported).
+# `make test-candidates`: the trial patches' own unit tests, each on the
+#   series with that patch (benchmark/candidates/README.md); `make test`
+#   only applies them.
 VENV := .venv
 READY := $(VENV)/.sglpatch-ready
 SERIES := $(wildcard python/sglpatch/patches/*)
@@ -24,7 +27,7 @@ PYTEST := OMP_NUM_THREADS=1 PYTHONDONTWRITEBYTECODE= \
           $(VENV)/bin/python -m pytest test -q -ra \
           -n $(TEST_WORKERS) --dist worksteal
 
-.PHONY: venv test test-fast clean
+.PHONY: venv test test-fast test-candidates clean
 
 venv: $(READY)
 
@@ -38,6 +41,10 @@ test: $(READY)
 
 test-fast: $(READY)
 	$(PYTEST) -m "not slow"
+
+test-candidates: $(READY)
+	TRIAL_TESTS=1 $(subst pytest test ,pytest test/benchmark/test_candidates_cpu.py ,$(PYTEST)) \
+	    -k trial_patch_tests
 
 clean:
 	rm -rf $(VENV)
