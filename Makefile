@@ -17,7 +17,8 @@ TEST_WORKERS ?= 4
 # would spin against one another (a 1 s model test took 40 s beside three).
 # Bytecode is written whatever the environment says, under the venv, never
 # beside the sources: setup writes no bytecode beside the installed files
-# (it compiles torch, transformers and sglang into this prefix), so under
+# (it compiles torch, transformers, sglang and the other packages the tests
+# import the most of into this prefix), so under
 # PYTHONDONTWRITEBYTECODE=1 every test process and subprocess compiled them
 # from source again (the scheduler's import took about twice as long as
 # with bytecode), and the tests check that some commands write nothing into
