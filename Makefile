@@ -25,7 +25,7 @@ TEST_WORKERS ?= 4
 # their trees.
 PYTEST := OMP_NUM_THREADS=1 PYTHONDONTWRITEBYTECODE= \
           PYTHONPYCACHEPREFIX=$(abspath $(VENV))/pycache \
-          $(VENV)/bin/python -m pytest test -q -ra \
+          $(VENV)/bin/python -m pytest -q -ra \
           -n $(TEST_WORKERS) --dist worksteal
 
 .PHONY: venv test test-fast test-candidates clean
@@ -38,14 +38,13 @@ $(READY): scripts/setup_cpu_venv.sh test/requirements-cpu.txt \
 	touch $@
 
 test: $(READY)
-	$(PYTEST)
+	$(PYTEST) test
 
 test-fast: $(READY)
-	$(PYTEST) -m "not slow"
+	$(PYTEST) -m "not slow" test
 
 test-candidates: $(READY)
-	TRIAL_TESTS=1 $(subst pytest test ,pytest test/benchmark/test_candidates_cpu.py ,$(PYTEST)) \
-	    -k trial_patch_tests
+	TRIAL_TESTS=1 $(PYTEST) -k trial_patch_tests test/benchmark/test_candidates_cpu.py
 
 clean:
 	rm -rf $(VENV)
