@@ -440,8 +440,8 @@ def serve_group(st, opts: RunOptions, group, target, draft, vocab):
                     st.errors.append(f"faults not run (deadline): {m.tag} (storm {storm})")
                     continue
                 fault_check(st, opts, m, vocab, storm)
-        for c, stack, m in profile_order(group, opts):
-            profile_point(st, opts, m, c, stack, vocab)
+        for c, with_stack, m in profile_order(group, opts):
+            profile_point(st, opts, m, c, with_stack, vocab)
         if opts.no_bench:
             return
         if opts.rotate_cpus and st.server_cpus:
@@ -707,8 +707,8 @@ def profile_order(members, opts: RunOptions):
     """(concurrency, with_stack, member) of the profiles to take: for each
     concurrency, the plain trace of every server, then the stack traces."""
     kinds = [(False, opts.profile_steps), (True, opts.profile_stack_steps)]
-    return [(c, stack, m) for c in opts.profile_concurrency
-            for stack, steps in kinds if steps for m in members]
+    return [(c, with_stack, m) for c in opts.profile_concurrency
+            for with_stack, steps in kinds if steps for m in members]
 
 
 def profile_point(st, opts: RunOptions, m, c, with_stack, vocab):
