@@ -53,6 +53,12 @@ for name in sys.argv[1:]:
         pass
 # a child must find sglang on its request's site, not in this process
 assert not [m for m in sys.modules if m == "sglang" or m.startswith("sglang.")]
+# inspect's map of module files, filled for what is loaded now: the first
+# inspect.getmodule of a child (triton.jit and torch.library read their
+# functions' source at import) otherwise resolves every loaded module's
+# path, preloaded ones included, again in every child
+import inspect
+inspect.getmodule(None, "<zygote>")
 for line in sys.stdin:
     req = json.loads(line)
     pid = os.fork()
