@@ -21,6 +21,7 @@ seq_lens_cpu instead and packs the mask into the graph's buffers itself.
   back as before.
 """
 
+import json
 import subprocess
 import sys
 import unittest
@@ -44,7 +45,7 @@ from sglang.srt.layers.attention.flashinfer_backend import (  # noqa: E402
     VerifyPlanHostArrays,
 )
 from sglang.srt.model_executor.forward_batch_info import ForwardMode  # noqa: E402
-from sglang.srt.speculative import eagle_info  # noqa: E402
+from sglang.srt.speculative import eagle_info, spec_utils  # noqa: E402
 from sglang.srt.speculative.eagle_info import EagleVerifyInput  # noqa: E402
 from sglang.srt.speculative.spec_info import SpecInputType  # noqa: E402
 
@@ -409,41 +410,50 @@ class TestDraftIndptrFromHost(CustomTestCase):
         self.assertIsNone(d.draft_kv_indptr_on_host(_draft_batch([5, 3], 2, 4)))
 
 
-# Run in a process of its own: Triton reads TRITON_INTERPRET when the kernel
-# is defined, at import.
-INTERPRETED = r"""
-import os
-os.environ["TRITON_INTERPRET"] = "1"
-from types import SimpleNamespace
-import torch
-from sglang.test.test_utils import maybe_stub_sgl_kernel
-maybe_stub_sgl_kernel()
-from sglang.srt.layers.attention.flashinfer_backend import FlashInferMultiStepDraftBackend
-from sglang.srt.speculative.spec_utils import generate_draft_decode_kv_indices
-from sglang.srt.utils import next_power_of_2
+# (topk, seq_lens, requests with a draft) of the kernel comparison
+KERNEL_CASES = [
+    (topk, seq_lens, num_reqs)
+    for topk in (1, 4)
+    for seq_lens, num_reqs in (([9], 1), ([5, 11, 3], 3), ([6, 2, 1, 1], 2))
+]
 
-checked = 0
-for topk in (1, 4):
-    for seq_lens, num_reqs in (([9], 1), ([5, 11, 3], 3), ([6, 2, 1, 1], 2)):
-        steps, num_seqs, n = 5, len(seq_lens), len(seq_lens) * topk
-        kv_indptr = torch.zeros(steps, 8 * topk + 1, dtype=torch.int32)
-        kv_indices = torch.zeros(steps, 8 * topk * 32, dtype=torch.int32)
-        positions = torch.zeros(n, dtype=torch.int64)
-        positions[: num_reqs * topk] = torch.tensor(seq_lens[:num_reqs]).repeat_interleave(topk)
-        lens = torch.tensor(seq_lens, dtype=torch.int32)
-        generate_draft_decode_kv_indices[(steps, num_seqs, topk)](
-            torch.arange(num_seqs), torch.arange(8 * 32, dtype=torch.int32).reshape(8, 32),
-            lens, kv_indices, kv_indptr, positions, 32, kv_indices.shape[1],
-            kv_indptr.shape[1], next_power_of_2(num_seqs), next_power_of_2(steps),
-            next_power_of_2(n), 1)
-        d = object.__new__(FlashInferMultiStepDraftBackend)
-        d.topk, d.speculative_num_steps, d.page_size = topk, steps, 1
-        host = d.draft_kv_indptr_on_host(SimpleNamespace(
-            batch_size=num_seqs, seq_lens_cpu=lens.clone(),
-            spec_info=SimpleNamespace(topk_p=torch.zeros(num_reqs, topk))))
-        assert torch.equal(host, kv_indptr[:, : n + 1]), (topk, seq_lens, host, kv_indptr)
-        checked += 1
-print("checked", checked)
+# Run in a process of its own, as Triton reads TRITON_INTERPRET when a
+# kernel is defined: the kernel alone, compiled from sglang's source file
+# (importing sglang there would cost that process most of the test's time).
+# Prints each case's kv_indptr as the kernel wrote it.
+INTERPRETED = r"""
+import ast, json, os, sys
+os.environ["TRITON_INTERPRET"] = "1"
+import torch
+import triton
+import triton.language as tl
+
+path, name, cases = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+tree = ast.parse(open(path).read())
+node = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == name)
+namespace = {"triton": triton, "tl": tl}
+exec(compile(ast.Module([node], []), path, "exec"), namespace)
+kernel = namespace[name]
+
+
+def next_power_of_2(n):
+    return 1 << (n - 1).bit_length()
+
+
+written = []
+for topk, seq_lens, num_reqs in cases:
+    steps, num_seqs, n = 5, len(seq_lens), len(seq_lens) * topk
+    kv_indptr = torch.zeros(steps, 8 * topk + 1, dtype=torch.int32)
+    kv_indices = torch.zeros(steps, 8 * topk * 32, dtype=torch.int32)
+    positions = torch.zeros(n, dtype=torch.int64)
+    positions[: num_reqs * topk] = torch.tensor(seq_lens[:num_reqs]).repeat_interleave(topk)
+    kernel[(steps, num_seqs, topk)](
+        torch.arange(num_seqs), torch.arange(8 * 32, dtype=torch.int32).reshape(8, 32),
+        torch.tensor(seq_lens, dtype=torch.int32), kv_indices, kv_indptr, positions, 32,
+        kv_indices.shape[1], kv_indptr.shape[1], next_power_of_2(num_seqs),
+        next_power_of_2(steps), next_power_of_2(n), 1)
+    written.append(kv_indptr[:, : n + 1].tolist())
+print(json.dumps(written))
 """
 
 
@@ -453,10 +463,21 @@ class TestDraftIndptrAgainstTheKernel(CustomTestCase):
             import triton  # noqa: F401
         except ImportError:
             self.skipTest("no triton")
-        res = subprocess.run([sys.executable, "-c", INTERPRETED], capture_output=True,
-                             text=True, timeout=300)
+        res = subprocess.run(
+            [sys.executable, "-c", INTERPRETED, spec_utils.__file__,
+             "generate_draft_decode_kv_indices", json.dumps(KERNEL_CASES)],
+            capture_output=True, text=True, timeout=300)
         self.assertEqual(res.returncode, 0, res.stdout[-2000:] + res.stderr[-3000:])
-        self.assertIn("checked 6", res.stdout)
+        written = json.loads(res.stdout.strip().splitlines()[-1])
+        self.assertEqual(len(written), len(KERNEL_CASES))
+        for (topk, seq_lens, num_reqs), kernel_indptr in zip(KERNEL_CASES, written):
+            d = object.__new__(FlashInferMultiStepDraftBackend)
+            d.topk, d.speculative_num_steps, d.page_size = topk, 5, 1
+            host = d.draft_kv_indptr_on_host(SimpleNamespace(
+                batch_size=len(seq_lens),
+                seq_lens_cpu=torch.tensor(seq_lens, dtype=torch.int32),
+                spec_info=SimpleNamespace(topk_p=torch.zeros(num_reqs, topk))))
+            self.assertEqual(host.tolist(), kernel_indptr, (topk, seq_lens))
 
 
 if __name__ == "__main__":
