@@ -118,12 +118,9 @@ def test_profiles_before_rotated_repeats_leave_the_run_whole(tmp_path):
     # the profiles are taken before the repeats; the rotation's way back to
     # the launch sets is registered after them, and must still be
     from standin_sglang import run_e2e
-    from test_side_by_side_cpu import fake_topology
+    from test_side_by_side_cpu import pinnable_topology
 
-    allowed = sorted(os.sched_getaffinity(0))
-    if len(allowed) < 2:
-        pytest.skip("needs two CPUs to pin a server and the client apart")
-    sysfs = fake_topology(tmp_path / "sys", allowed[:2])
+    allowed, sysfs = pinnable_topology(tmp_path)
     events, data = run_e2e(tmp_path, "--pin-cpus", "--side-by-side", "--max-total-tokens", "999",
                            "--rotate-cpus", "--profile-steps", "2", "--concurrency", "1",
                            "--repeats", "2", env={"SGLPATCH_CPU_SYSFS": sysfs},

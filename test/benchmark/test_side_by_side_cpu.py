@@ -436,6 +436,16 @@ def fake_topology(root, cpus, per_core=1):
     return str(root)
 
 
+def pinnable_topology(tmp_path):
+    """(the CPUs this process may use, a sysfs tree under tmp_path where the
+    first two are cores of their own: a server's and the bench client's);
+    skips the test where there are fewer than two."""
+    allowed = sorted(os.sched_getaffinity(0))
+    if len(allowed) < 2:
+        pytest.skip("needs two CPUs to pin a server and the client apart")
+    return allowed, fake_topology(tmp_path / "sys", allowed[:2])
+
+
 def test_pin_sets_give_whole_cores_and_the_client_one():
     import cpus
 
@@ -451,12 +461,7 @@ def test_pin_sets_give_whole_cores_and_the_client_one():
 
 @pytest.mark.slow
 def test_pinned_server_and_client_run_on_their_own_cpus(tmp_path):
-    allowed = sorted(os.sched_getaffinity(0))
-    if len(allowed) < 2:
-        import pytest
-
-        pytest.skip("needs two CPUs to pin a server and the client apart")
-    sysfs = fake_topology(tmp_path / "sys", allowed[:2])
+    allowed, sysfs = pinnable_topology(tmp_path)
     events, data = _run(tmp_path, "--pin-cpus", env={"SGLPATCH_CPU_SYSFS": sysfs})
     ups = [e for e in events if e["event"] == "up"]
     assert ups and all(e["cpus"] == [allowed[0]] for e in ups)
