@@ -274,23 +274,33 @@ LAUNCH_SERVER = textwrap.dedent('''
 
 BENCH_SERVING = textwrap.dedent('''
     import json, os, sys, time
-    argv = sys.argv[1:]
-    opt = lambda name: argv[argv.index(name) + 1]
-    port, conc, n = int(opt("--port")), int(opt("--max-concurrency")), int(opt("--num-prompts"))
-    with open(os.environ["FAKE_JOURNAL"], "a") as fh:
-        fh.write(json.dumps({"t": time.time(), "port": port, "event": "bench",
-                             "concurrency": conc,
-                             "body": (opt("--extra-request-body")
-                                      if "--extra-request-body" in argv else None),
-                             "cpus": sorted(os.sched_getaffinity(0))}) + "\\n")
-    time.sleep(0.05)
-    # TPOT that tells the servers apart: 1 ms a concurrency step, +0.5 on 30000s+10
-    tpot = 1.0 + conc + (port % 100) / 20.0
-    rec = {"median_tpot_ms": tpot, "median_itl_ms": tpot / 2, "output_throughput": 100.0 * conc,
-           "accept_length": None, "duration": 1.0, "median_ttft_ms": 10.0 * conc,
-           "p99_itl_ms": tpot * 4}
-    with open(opt("--output-file"), "a") as fh:
-        fh.write(json.dumps(rec) + "\\n")
+
+
+    def main():
+        argv = sys.argv[1:]
+        opt = lambda name: argv[argv.index(name) + 1]
+        port, conc, n = int(opt("--port")), int(opt("--max-concurrency")), int(opt("--num-prompts"))
+        with open(os.environ["FAKE_JOURNAL"], "a") as fh:
+            fh.write(json.dumps({"t": time.time(), "port": port, "event": "bench",
+                                 "concurrency": conc,
+                                 "body": (opt("--extra-request-body")
+                                          if "--extra-request-body" in argv else None),
+                                 "cpus": sorted(os.sched_getaffinity(0))}) + "\\n")
+        time.sleep(0.05)
+        # TPOT that tells the servers apart: 1 ms a concurrency step, +0.5 on 30000s+10
+        tpot = 1.0 + conc + (port % 100) / 20.0
+        rec = {"median_tpot_ms": tpot, "median_itl_ms": tpot / 2,
+               "output_throughput": 100.0 * conc, "accept_length": None, "duration": 1.0,
+               "median_ttft_ms": 10.0 * conc, "p99_itl_ms": tpot * 4}
+        with open(opt("--output-file"), "a") as fh:
+            fh.write(json.dumps(rec) + "\\n")
+
+
+    # run as `python -m sglang.bench_serving`, or by the harness's bench
+    # worker (runpy, run_name "__main__"); importing it runs nothing, as
+    # importing sglang's own does
+    if __name__ == "__main__":
+        main()
 ''')
 
 
