@@ -48,6 +48,7 @@ from sglang.srt.model_executor.forward_batch_info import ForwardMode  # noqa: E4
 from sglang.srt.speculative import eagle_info, spec_utils  # noqa: E402
 from sglang.srt.speculative.eagle_info import EagleVerifyInput  # noqa: E402
 from sglang.srt.speculative.spec_info import SpecInputType  # noqa: E402
+from sglang.srt.utils import next_power_of_2  # noqa: E402
 
 CONTEXT = 32
 DRAFT_TOKENS = 8
@@ -410,7 +411,9 @@ class TestDraftIndptrFromHost(CustomTestCase):
         self.assertIsNone(d.draft_kv_indptr_on_host(_draft_batch([5, 3], 2, 4)))
 
 
-# (topk, seq_lens, requests with a draft) of the kernel comparison
+# (topk, seq_lens, requests with a draft) of the kernel comparison, each
+# with DRAFT_STEPS draft steps
+DRAFT_STEPS = 5
 KERNEL_CASES = [
     (topk, seq_lens, num_reqs)
     for topk in (1, 4)
@@ -420,7 +423,8 @@ KERNEL_CASES = [
 # Run in a process of its own, as Triton reads TRITON_INTERPRET when a
 # kernel is defined: the kernel alone, compiled from sglang's source file
 # (importing sglang there would cost that process most of the test's time).
-# Prints each case's kv_indptr as the kernel wrote it.
+# Takes each case with its steps and its power-of-two bounds (requests,
+# steps, draft rows) and prints its kv_indptr as the kernel wrote it.
 INTERPRETED = r"""
 import ast, json, os, sys
 os.environ["TRITON_INTERPRET"] = "1"
@@ -435,14 +439,9 @@ namespace = {"triton": triton, "tl": tl}
 exec(compile(ast.Module([node], []), path, "exec"), namespace)
 kernel = namespace[name]
 
-
-def next_power_of_2(n):
-    return 1 << (n - 1).bit_length()
-
-
 written = []
-for topk, seq_lens, num_reqs in cases:
-    steps, num_seqs, n = 5, len(seq_lens), len(seq_lens) * topk
+for topk, seq_lens, num_reqs, steps, bounds in cases:
+    num_seqs, n = len(seq_lens), len(seq_lens) * topk
     kv_indptr = torch.zeros(steps, 8 * topk + 1, dtype=torch.int32)
     kv_indices = torch.zeros(steps, 8 * topk * 32, dtype=torch.int32)
     positions = torch.zeros(n, dtype=torch.int64)
@@ -450,8 +449,7 @@ for topk, seq_lens, num_reqs in cases:
     kernel[(steps, num_seqs, topk)](
         torch.arange(num_seqs), torch.arange(8 * 32, dtype=torch.int32).reshape(8, 32),
         torch.tensor(seq_lens, dtype=torch.int32), kv_indices, kv_indptr, positions, 32,
-        kv_indices.shape[1], kv_indptr.shape[1], next_power_of_2(num_seqs),
-        next_power_of_2(steps), next_power_of_2(n), 1)
+        kv_indices.shape[1], kv_indptr.shape[1], *bounds, 1)
     written.append(kv_indptr[:, : n + 1].tolist())
 print(json.dumps(written))
 """
@@ -463,16 +461,21 @@ class TestDraftIndptrAgainstTheKernel(CustomTestCase):
             import triton  # noqa: F401
         except ImportError:
             self.skipTest("no triton")
+        cases = [
+            (topk, seq_lens, num_reqs, DRAFT_STEPS,
+             [next_power_of_2(x) for x in (len(seq_lens), DRAFT_STEPS, len(seq_lens) * topk)])
+            for topk, seq_lens, num_reqs in KERNEL_CASES
+        ]
         res = subprocess.run(
             [sys.executable, "-c", INTERPRETED, spec_utils.__file__,
-             "generate_draft_decode_kv_indices", json.dumps(KERNEL_CASES)],
+             "generate_draft_decode_kv_indices", json.dumps(cases)],
             capture_output=True, text=True, timeout=300)
         self.assertEqual(res.returncode, 0, res.stdout[-2000:] + res.stderr[-3000:])
         written = json.loads(res.stdout.strip().splitlines()[-1])
         self.assertEqual(len(written), len(KERNEL_CASES))
         for (topk, seq_lens, num_reqs), kernel_indptr in zip(KERNEL_CASES, written):
             d = object.__new__(FlashInferMultiStepDraftBackend)
-            d.topk, d.speculative_num_steps, d.page_size = topk, 5, 1
+            d.topk, d.speculative_num_steps, d.page_size = topk, DRAFT_STEPS, 1
             host = d.draft_kv_indptr_on_host(SimpleNamespace(
                 batch_size=len(seq_lens),
                 seq_lens_cpu=torch.tensor(seq_lens, dtype=torch.int32),
