@@ -702,6 +702,7 @@ JOINED = {
     "candidate-triton-tree-metadata-in-graph+spec-v1-draft-sum-from-host": "0017",
     "candidate-triton-tree-metadata-in-graph+spec-v1-draft-sum-from-host+flashinfer-plan-from-host":
         "0018",
+    "candidate-fa3-spec-graph-metadata-fused": "0020",
 }
 
 

@@ -29,6 +29,7 @@ register_cpu_ci(est_time=8, suite="stage-a-test-cpu")
 maybe_stub_sgl_kernel()
 
 from sglang.srt.environ import envs  # noqa: E402
+from sglang.srt.layers.attention import flashattention_backend as fa3_module  # noqa: E402
 from sglang.srt.layers.attention.flashattention_backend import (  # noqa: E402
     FlashAttentionBackend,
 )
@@ -314,6 +315,16 @@ def _graph_backend(draft_extend_only):
     return backend
 
 
+def _set_metadata_on_cpu(cache_seqlens, cu_seqlens_k, page_table, req_to_token,
+                         pool_rows, strided, width, seq_lens, shift, page_size, *_):
+    """What the replay's fused Triton kernel writes, for page size 1 on the
+    CPU (no Triton driver here): shifted lengths, their prefix sum, and
+    each row's first `width` pages."""
+    cache_seqlens.copy_(seq_lens + shift)
+    cu_seqlens_k[1:] = torch.cumsum(cache_seqlens, 0)
+    page_table[:, :width] = req_to_token[pool_rows][:, strided[:width]] // page_size
+
+
 def _page_tables(backend):
     return [
         name
@@ -356,16 +367,19 @@ class TestDraftExtendOnlyGraphState(CustomTestCase):
                 None,
             )
             spec_info = EagleDraftInput(num_tokens_per_req=DRAFT_TOKENS)
-            backend.init_forward_metadata_replay_cuda_graph(
-                bs,
-                pool_rows,
-                seq_lens,
-                int(seq_lens.sum()),
-                None,
-                ForwardMode.DRAFT_EXTEND_V2,
-                spec_info,
-                seq_lens.clone(),
-            )
+            with mock.patch.object(
+                fa3_module, "normal_decode_set_metadata", _set_metadata_on_cpu
+            ):
+                backend.init_forward_metadata_replay_cuda_graph(
+                    bs,
+                    pool_rows,
+                    seq_lens,
+                    int(seq_lens.sum()),
+                    None,
+                    ForwardMode.DRAFT_EXTEND_V2,
+                    spec_info,
+                    seq_lens.clone(),
+                )
             meta = backend.forward_metadata
             got.append(
                 (

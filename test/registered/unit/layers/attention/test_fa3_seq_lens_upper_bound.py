@@ -173,6 +173,20 @@ class TestMaxSeqLenK(CustomTestCase):
         self.assertIn("seq_lens_upper_bound", logs.output[0])
 
 
+def torch_set_metadata(cache_seqlens_int32, cu_seqlens_k, page_table, req_to_token,
+                       req_pool_indices, strided_indices, max_seq_pages, seq_lens,
+                       seq_len_delta, page_size, swa_page_table=None,
+                       token_to_kv_pool=None):
+    """normal_decode_set_metadata in torch ops (page size 1, no sliding
+    window), for the CPU: the fused kernel is Triton's."""
+    cache_seqlens_int32.copy_(seq_lens + seq_len_delta)
+    cu_seqlens_k[1:].copy_(torch.cumsum(cache_seqlens_int32, dim=0, dtype=torch.int32))
+    columns = strided_indices[:max_seq_pages]
+    page_table[:, :max_seq_pages].copy_(
+        req_to_token[req_pool_indices[:, None], columns[None, :]] // page_size
+    )
+
+
 class TestReplayWithoutMirror(CustomTestCase):
     """Each replay with the mirror, then without it (the bound instead), into
     fresh buffers: what the kernels read must be the same."""
@@ -181,16 +195,17 @@ class TestReplayWithoutMirror(CustomTestCase):
         bs = len(seq_lens)
         backend = _backend(bs)
         seq_lens = torch.tensor(seq_lens)
-        backend.init_forward_metadata_replay_cuda_graph(
-            bs,
-            torch.tensor([5, 2]),
-            seq_lens,
-            None,  # seq_lens_sum: fa3 never reads it
-            None,
-            mode,
-            spec_info,
-            seq_lens.clone() if with_mirror else None,
-        )
+        with mock.patch.object(fa3_module, "normal_decode_set_metadata", torch_set_metadata):
+            backend.init_forward_metadata_replay_cuda_graph(
+                bs,
+                torch.tensor([5, 2]),
+                seq_lens,
+                None,  # seq_lens_sum: fa3 never reads it
+                None,
+                mode,
+                spec_info,
+                seq_lens.clone() if with_mirror else None,
+            )
         return backend.forward_metadata
 
     def _assert_same_reads(self, exact, bounded, key_lens):
