@@ -21,6 +21,7 @@ from types import SimpleNamespace
 from unittest import mock
 
 import torch
+from triton.runtime.interpreter import InterpretedFunction
 
 from sglang.test.ci.ci_register import register_cpu_ci
 from sglang.test.test_utils import CustomTestCase, maybe_stub_sgl_kernel
@@ -315,16 +316,6 @@ def _graph_backend(draft_extend_only):
     return backend
 
 
-def _set_metadata_on_cpu(cache_seqlens, cu_seqlens_k, page_table, req_to_token,
-                         pool_rows, strided, width, seq_lens, shift, page_size, *_):
-    """What the replay's fused Triton kernel writes, for page size 1 on the
-    CPU (no Triton driver here): shifted lengths, their prefix sum, and
-    each row's first `width` pages."""
-    cache_seqlens.copy_(seq_lens + shift)
-    cu_seqlens_k[1:] = torch.cumsum(cache_seqlens, 0)
-    page_table[:, :width] = req_to_token[pool_rows][:, strided[:width]] // page_size
-
-
 def _page_tables(backend):
     return [
         name
@@ -367,8 +358,13 @@ class TestDraftExtendOnlyGraphState(CustomTestCase):
                 None,
             )
             spec_info = EagleDraftInput(num_tokens_per_req=DRAFT_TOKENS)
+            # the replay's fused Triton kernel (page size 1), run by the
+            # interpreter on the CPU
+            kernel = fa3_module._fused_metadata_kernel_ps1_no_swa
             with mock.patch.object(
-                fa3_module, "normal_decode_set_metadata", _set_metadata_on_cpu
+                fa3_module,
+                "_fused_metadata_kernel_ps1_no_swa",
+                InterpretedFunction(kernel.fn),
             ):
                 backend.init_forward_metadata_replay_cuda_graph(
                     bs,

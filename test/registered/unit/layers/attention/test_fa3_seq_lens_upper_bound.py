@@ -57,6 +57,9 @@ from sglang.srt.speculative.eagle_utils import (  # noqa: E402
     verify_tree_mask_mode,
 )
 from sglang.srt.speculative.eagle_worker_v2 import EagleDraftWorker  # noqa: E402
+from test_fa3_spec_graph_metadata_fused import (  # noqa: E402  (helper beside this file)
+    interpreted_metadata_kernels,
+)
 
 CONTEXT = 64
 DRAFT_TOKENS = 4
@@ -173,20 +176,6 @@ class TestMaxSeqLenK(CustomTestCase):
         self.assertIn("seq_lens_upper_bound", logs.output[0])
 
 
-def torch_set_metadata(cache_seqlens_int32, cu_seqlens_k, page_table, req_to_token,
-                       req_pool_indices, strided_indices, max_seq_pages, seq_lens,
-                       seq_len_delta, page_size, swa_page_table=None,
-                       token_to_kv_pool=None):
-    """normal_decode_set_metadata in torch ops (page size 1, no sliding
-    window), for the CPU: the fused kernel is Triton's."""
-    cache_seqlens_int32.copy_(seq_lens + seq_len_delta)
-    cu_seqlens_k[1:].copy_(torch.cumsum(cache_seqlens_int32, dim=0, dtype=torch.int32))
-    columns = strided_indices[:max_seq_pages]
-    page_table[:, :max_seq_pages].copy_(
-        req_to_token[req_pool_indices[:, None], columns[None, :]] // page_size
-    )
-
-
 class TestReplayWithoutMirror(CustomTestCase):
     """Each replay with the mirror, then without it (the bound instead), into
     fresh buffers: what the kernels read must be the same."""
@@ -195,7 +184,8 @@ class TestReplayWithoutMirror(CustomTestCase):
         bs = len(seq_lens)
         backend = _backend(bs)
         seq_lens = torch.tensor(seq_lens)
-        with mock.patch.object(fa3_module, "normal_decode_set_metadata", torch_set_metadata):
+        # the replay's fused Triton kernel, run by the interpreter on the CPU
+        with mock.patch.multiple(fa3_module, **interpreted_metadata_kernels()):
             backend.init_forward_metadata_replay_cuda_graph(
                 bs,
                 torch.tensor([5, 2]),

@@ -152,11 +152,17 @@ class TestReplaysCallTheFusedKernel(CustomTestCase):
                 self.assertIs(calls[0][11], b.token_to_kv_pool)
 
 
-def interpreted(kernel):
-    """The kernel as Triton's interpreter runs it, on the CPU's tensors."""
+def interpreted_metadata_kernels():
+    """{name: kernel} of the fused metadata kernel's two paths (page size 1
+    without a window, and the general one) as Triton's interpreter runs
+    them, on the CPU's tensors: patched into the backend's module, the
+    replays run sglang's own kernel where there is no Triton driver."""
     from triton.runtime.interpreter import InterpretedFunction
 
-    return InterpretedFunction(kernel.fn)
+    return {
+        name: InterpretedFunction(getattr(fa3_module, name).fn)
+        for name in ("_fused_metadata_kernel_ps1_no_swa", "_fused_metadata_kernel_general")
+    }
 
 
 class TestReplaysInTritonsInterpreter(CustomTestCase):
@@ -165,15 +171,7 @@ class TestReplaysInTritonsInterpreter(CustomTestCase):
             import triton.runtime.interpreter  # noqa: F401
         except ImportError:
             self.skipTest("no triton")
-        # both of the fused kernel's paths (page size 1 without a window, and
-        # the general one), each run by the interpreter in this process
-        kernels = {
-            name: interpreted(getattr(fa3_module, name))
-            for name in (
-                "_fused_metadata_kernel_ps1_no_swa",
-                "_fused_metadata_kernel_general",
-            )
-        }
+        kernels = interpreted_metadata_kernels()
         for mode, shift in SHIFT.items():
             for page_size in (1, 4):
                 with self.subTest(mode=mode.name, page_size=page_size), (
