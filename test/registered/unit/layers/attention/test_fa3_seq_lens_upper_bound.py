@@ -38,7 +38,6 @@ maybe_stub_sgl_kernel()
 from sglang.srt.layers.attention import flashattention_backend as fa3_module  # noqa: E402
 from sglang.srt.layers.attention.flashattention_backend import (  # noqa: E402
     FlashAttentionBackend,
-    FlashAttentionMetadata,
     FlashAttentionMultiStepBackend,
     fa3_needs_cpu_seq_lens,
 )
@@ -57,12 +56,13 @@ from sglang.srt.speculative.eagle_utils import (  # noqa: E402
     verify_tree_mask_mode,
 )
 from sglang.srt.speculative.eagle_worker_v2 import EagleDraftWorker  # noqa: E402
-from test_fa3_spec_graph_metadata_fused import (  # noqa: E402  (helper beside this file)
+# the replays' stand-in backend and fused kernel, beside this file (0020)
+from test_fa3_spec_graph_metadata_fused import (  # noqa: E402
+    CONTEXT,
+    DRAFT_TOKENS,
+    backend as replay_backend,
     interpreted_metadata_kernels,
 )
-
-CONTEXT = 64
-DRAFT_TOKENS = 4
 
 
 class FlashAttentionBackendOnMusa(FlashAttentionBackend):
@@ -121,39 +121,9 @@ class TestNeedsCpuSeqLens(CustomTestCase):
         self.assertTrue(multi.needs_cpu_seq_lens)
 
 
-def _backend(bs):
-    """A FlashAttentionBackend with just the state the verify and draft-extend
-    replays touch (page size 1, topk 1), on CPU."""
-    backend = object.__new__(FlashAttentionBackend)
-    backend.max_context_len = CONTEXT
-    backend.page_size = 1
-    backend.topk = 1
-    backend.speculative_num_steps = DRAFT_TOKENS - 1
-    backend.speculative_num_draft_tokens = DRAFT_TOKENS
-    backend.use_sliding_window_kv_pool = False
-    backend.has_swa = False
-    backend.has_local_attention = False
-    # every (row, column) a distinct KV slot
-    backend.req_to_token = torch.arange(8 * CONTEXT, dtype=torch.int32).view(8, CONTEXT)
-
-    def metadata():
-        return FlashAttentionMetadata(
-            cache_seqlens_int32=torch.zeros(bs, dtype=torch.int32),
-            cu_seqlens_q=torch.zeros(bs + 1, dtype=torch.int32),
-            cu_seqlens_k=torch.zeros(bs + 1, dtype=torch.int32),
-            page_table=torch.full((bs, CONTEXT), -1, dtype=torch.int32),
-        )
-
-    strided = torch.arange(0, CONTEXT, 1)
-    backend.decode_cuda_graph_metadata = {"strided_indices": strided}
-    backend.target_verify_metadata = {bs: metadata()}
-    backend.draft_extend_metadata = {"strided_indices": strided, bs: metadata()}
-    return backend
-
-
 class TestMaxSeqLenK(CustomTestCase):
     def test_exact_with_the_mirror_bound_without(self):
-        backend = _backend(2)
+        backend = replay_backend(bs=2)
         mirror = torch.tensor([10, 20])
         bounded = SimpleNamespace(seq_lens_upper_bound=30)
         self.assertEqual(backend._max_seq_len_k(mirror, bounded, 4), 24)
@@ -161,12 +131,12 @@ class TestMaxSeqLenK(CustomTestCase):
         self.assertEqual(backend._max_seq_len_k(None, bounded), 30)
 
     def test_bound_is_clamped_to_the_context(self):
-        backend = _backend(2)
+        backend = replay_backend(bs=2)
         near_end = SimpleNamespace(seq_lens_upper_bound=CONTEXT - 1)
         self.assertEqual(backend._max_seq_len_k(None, near_end, 4), CONTEXT)
 
     def test_neither_mirror_nor_bound_fills_whole_rows_and_says_so(self):
-        backend = _backend(2)
+        backend = replay_backend(bs=2)
         with mock.patch.object(fa3_module, "_warned_no_bound", False), self.assertLogs(
             fa3_module.logger, "WARNING"
         ) as logs:
@@ -182,7 +152,7 @@ class TestReplayWithoutMirror(CustomTestCase):
 
     def _replay(self, mode, seq_lens, spec_info, with_mirror):
         bs = len(seq_lens)
-        backend = _backend(bs)
+        backend = replay_backend(bs=bs)
         seq_lens = torch.tensor(seq_lens)
         # the replay's fused Triton kernel, run by the interpreter on the CPU
         with mock.patch.multiple(fa3_module, **interpreted_metadata_kernels()):
@@ -231,7 +201,7 @@ class TestReplayWithoutMirror(CustomTestCase):
 
 class TestExtendWithoutMirror(CustomTestCase):
     def _extend(self, with_mirror):
-        backend = _backend(2)
+        backend = replay_backend(bs=2)
         backend.use_mla = False
         seq_lens = torch.tensor([10, 20])
         batch = SimpleNamespace(

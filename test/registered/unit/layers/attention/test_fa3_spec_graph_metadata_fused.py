@@ -39,7 +39,8 @@ BS = 3
 
 
 def backend(page_size=1, bs=BS):
-    """A FlashAttentionBackend with the state the verify replay touches."""
+    """A FlashAttentionBackend with the state its verify and draft-extend
+    replays touch, on the CPU."""
     b = object.__new__(FlashAttentionBackend)
     b.max_context_len = CONTEXT
     b.page_size = page_size
