@@ -1,8 +1,10 @@
 # `make venv`: .venv from scratch (pinned), with the series applied to its sglang.
 # `make test`: every test (builds the venv first when missing or out of date),
-#   spread over pytest-xdist workers. Most of the slow tests wait on
-#   subprocesses (stand-in servers, sglpatch runs), so more workers than CPUs
-#   pay: TEST_WORKERS=N sets their number, TEST_WORKERS=0 runs in one process.
+#   in TEST_WORKERS processes: the unit tests of patched sglang
+#   (test/registered) in one, beside pytest-xdist workers for the rest. Most
+#   of the slow tests wait on subprocesses (stand-in servers, sglpatch runs),
+#   so more processes than CPUs pay: TEST_WORKERS=N sets their number (4),
+#   TEST_WORKERS=0 runs everything in one process.
 # `make test-fast`: the edit loop: the same without the tests marked slow
 #   (end-to-end harness runs against the stand-in server, every prefix of
 #   the series imported).
@@ -23,10 +25,30 @@ TEST_WORKERS ?= 4
 # from source again (the scheduler's import took about twice as long as
 # with bytecode), and the tests check that some commands write nothing into
 # their trees.
-PYTEST := OMP_NUM_THREADS=1 PYTHONDONTWRITEBYTECODE= \
-          PYTHONPYCACHEPREFIX=$(abspath $(VENV))/pycache \
-          $(VENV)/bin/python -m pytest -q -ra \
-          -n $(TEST_WORKERS) --dist worksteal
+PYTEST_ONE := OMP_NUM_THREADS=1 PYTHONDONTWRITEBYTECODE= \
+              PYTHONPYCACHEPREFIX=$(abspath $(VENV))/pycache \
+              $(VENV)/bin/python -m pytest -q -ra
+PYTEST := $(PYTEST_ONE) -n $(TEST_WORKERS) --dist worksteal
+# The unit tests of patched sglang import torch and sglang as they are
+# collected, about 15 s of CPU, which every pytest-xdist worker paid once
+# more (a quarter of a clean `make test`'s CPU on two cores went to
+# collecting). They run in one process of their own, started first, and the
+# other TEST_WORKERS - 1 workers collect only the rest; its log follows
+# theirs, and either failing fails the target. $(1): pytest's selection.
+UNIT := test/registered
+UNIT_LOG := $(VENV)/unit-tests.log
+define split_run
+	@if [ "$(TEST_WORKERS)" -lt 2 ]; then \
+	    $(PYTEST_ONE) $(1) test; exit $$?; \
+	fi; \
+	$(PYTEST_ONE) -o cache_dir=$(VENV)/pytest-cache-unit $(1) $(UNIT) \
+	    > $(UNIT_LOG) 2>&1 & unit=$$!; \
+	$(PYTEST_ONE) -n $$(($(TEST_WORKERS) - 1)) --dist worksteal $(1) \
+	    --ignore=$(UNIT) test; rest=$$?; \
+	wait $$unit; unit=$$?; \
+	echo "== $(UNIT), in one process beside the workers:"; cat $(UNIT_LOG); \
+	[ $$rest -eq 0 ] && [ $$unit -eq 0 ]
+endef
 
 .PHONY: venv test test-fast test-candidates clean
 
@@ -38,10 +60,10 @@ $(READY): scripts/setup_cpu_venv.sh test/requirements-cpu.txt \
 	touch $@
 
 test: $(READY)
-	$(PYTEST) test
+	$(call split_run,)
 
 test-fast: $(READY)
-	$(PYTEST) -m "not slow" test
+	$(call split_run,-m "not slow")
 
 test-candidates: $(READY)
 	TRIAL_TESTS=1 $(PYTEST) -k trial_patch_tests test/benchmark/test_candidates_cpu.py
