@@ -15,7 +15,6 @@ edited. The sgl_kernel work-around is sglang's own
 `sglang.test.test_utils.maybe_stub_sgl_kernel()`, called by the tests.
 """
 
-import importlib.abc
 import sys
 
 _SCHEMAS = (
@@ -38,8 +37,12 @@ def define_torchvision_op_schemas() -> None:
         _library.define(schema)
 
 
-class _TorchvisionFirstImport(importlib.abc.MetaPathFinder):
-    """Runs the schema definition once, just before torchvision first loads."""
+class _TorchvisionFirstImport:
+    """Runs the schema definition once, just before torchvision first loads.
+    A meta path finder by protocol (find_spec), not by subclassing
+    importlib.abc.MetaPathFinder: importing importlib.abc at every start-up
+    of a Python in the venv (the .pth line) took about 30 ms, most of a
+    bare start-up, in each of the thousand processes `make test` starts."""
 
     def find_spec(self, fullname, path, target=None):
         if fullname != "torchvision":
