@@ -33,8 +33,10 @@ def parse_variant(spec):
     name, _, site = spec.partition("=")
     if not results.is_variant(name):
         raise SystemExit(f"unknown variant {name!r}: one of {results.VARIANTS}, "
-                         f"{results.BASE_AGAIN}, patched-through-NNNN or candidate-NAME")
-    if (results.THROUGH.match(name) or results.CANDIDATE.match(name)) and not site:
+                         f"{results.BASE_AGAIN}, {results.PATCHED_AGAIN}, "
+                         "patched-through-NNNN or candidate-NAME")
+    if (name == results.PATCHED_AGAIN or results.THROUGH.match(name)
+            or results.CANDIDATE.match(name)) and not site:
         raise SystemExit(f"{name} needs =SITE (a site with those patches applied)")
     return name, (os.path.abspath(site) if site else None)
 

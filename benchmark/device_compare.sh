@@ -20,8 +20,10 @@
 #     README says why each one waits), one more server of the comparison;
 #     candidate-A+B has trial patches A and then B on top of the series
 #   - the variant base-again is a second unpatched server from base's site,
-#     with SIDE_BY_SIDE one more server of the comparison: an A/A control of
-#     what a server's place (its CPU set, its turn) alone does to its numbers
+#     and patched-again a second server from the patched site, each with
+#     SIDE_BY_SIDE one more server of the comparison: an A/A control of what
+#     a server's place (its CPU set, its turn) alone does to its numbers, and
+#     (--greedy-logprobs) of a build's own scatter of logprobs
 #   - HOST_TIME=1: every build under test loads the host-time probe
 #     (benchmark/probes/host_time.py: host wall time per scheduler iteration,
 #     by function, per rank) -> host-time.tgz and a side-by-side table in
@@ -89,10 +91,11 @@ for v in ${VARIANTS//,/ }; do
     base|base-again)
       # base-again, an A/A control: a second server from base's own site
       kit_install "$KIT" "$S/sb" 0.5.12.post1 || exit 3; args+=(--variant "$v=$S/sb") ;;
-    patched)
+    patched|patched-again)
+      # patched-again, the series' A/A control: a second server from its site
       kit_install "$KIT" "$S/sb" 0.5.12.post1 || exit 3
       patched_site "$S/sb" "$S/sp" || exit 4
-      args+=(--variant "patched=$S/sp" --no-apply) ;;
+      args+=(--variant "$v=$S/sp" --no-apply) ;;
     upstream-*)
       # an upstream release, unpatched, from a kit of that very version
       ver=${v#upstream-}

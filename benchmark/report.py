@@ -222,11 +222,13 @@ def paired_section(data):
                 "1.00 the build gave its requests their first token later than base.", "",
                 table(paired_header("base", False, "TTFT"), paired_rows(ttft, False))]
     out += reference_section(
-        data, "patched", lambda v: bool(results.CANDIDATE.match(v)),
+        data, "patched", results.over_patched,
         "Trial patches over the patched build",
         "Each trial patch's server (the patched build and that patch, "
         "`benchmark/candidates/`) paired with the patched build's in the same "
-        "repeats: below 1.00 the trial patch made decoding faster.", "patched")
+        "repeats: below 1.00 the trial patch made decoding faster; "
+        "patched-again, a second server of the patched build, shows what the "
+        "servers' places alone make of one build.", "patched")
     out += reference_section(
         data, results.BASE_AGAIN, lambda v: v != "base", "Builds over base-again",
         "The same pairing with the A/A control's server (a second server of base's own "

@@ -38,6 +38,10 @@ VARIANTS = ("base", "patched", "upstream-0.5.13")
 # comparison's placement (CPU set, place in the turn) alone makes of two
 # copies of one build.
 BASE_AGAIN = "base-again"
+# A second server of the series from the patched build's own site: the same
+# A/A control for the patched build (is a difference of its logprobs from
+# base's the series' code or its own run-to-run scatter?).
+PATCHED_AGAIN = "patched-again"
 # Upstream sglang of a release, unpatched: upstream-X.Y.Z or upstream-X.Y.Z.postN
 # (device_compare.sh installs each from a kit of that version).
 UPSTREAM = re.compile(r"upstream-(\d+)\.(\d+)\.(\d+)(?:\.post(\d+))?$")
@@ -51,15 +55,24 @@ CANDIDATE = re.compile(r"candidate-([a-z0-9][a-z0-9-]*(?:\+[a-z0-9][a-z0-9-]*)*)
 
 
 def is_variant(name):
-    return name in VARIANTS or name == BASE_AGAIN or bool(THROUGH.match(str(name))) \
+    return name in VARIANTS or name in (BASE_AGAIN, PATCHED_AGAIN) \
+        or bool(THROUGH.match(str(name))) \
         or bool(CANDIDATE.match(str(name))) or bool(UPSTREAM.match(str(name)))
+
+
+def over_patched(name):
+    """A build measured against the patched build too: the series' A/A copy,
+    or the series with trial patches."""
+    return name == PATCHED_AGAIN or bool(CANDIDATE.match(str(name)))
 
 
 def variant_order(name):
     """Sort key: base, its A/A copy, the partial series by length, patched,
-    trial patches (by name), upstream releases (by version)."""
+    its A/A copy, trial patches (by name), upstream releases (by version)."""
     if name == BASE_AGAIN:
         return (0, 1)
+    if name == PATCHED_AGAIN:
+        return (2, 1)
     m = THROUGH.match(str(name))
     if m:
         return (1, int(m.group(1)))

@@ -90,14 +90,20 @@ class Run:
     def _logprob_fields(self, key):
         """--greedy-logprobs: the server's largest logprob difference from
         base's server of the same setting (0.0 for base itself), or why it
-        has none."""
+        has none; for a server of a build on top of the series (its A/A
+        copy, a trial patch), from the patched server's too."""
         if key in self.greedy_logprob_errors:
             return {"logprob_error": self.greedy_logprob_errors[key]}
-        base = self.greedy_logprobs.get(("base",) + tuple(key[1:]))
-        if key not in self.greedy_logprobs or base is None:
+        mine = self.greedy_logprobs.get(key)
+        if mine is None:
             return {}
-        return {"logprob_max_diff_vs_base":
-                greedy.logprob_max_diff(self.greedy_logprobs[key], base)}
+        out = {}
+        for field, reference in (("logprob_max_diff_vs_base", "base"),
+                                 ("logprob_max_diff_vs_patched", "patched")):
+            theirs = self.greedy_logprobs.get((reference,) + tuple(key[1:]))
+            if theirs is not None and (reference == "base" or results.over_patched(key[0])):
+                out[field] = greedy.logprob_max_diff(mine, theirs)
+        return out
 
     def greedy_entries(self):
         out = []

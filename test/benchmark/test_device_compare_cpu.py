@@ -177,3 +177,15 @@ def test_base_again_is_a_second_server_of_base_site(tmp_path):
     ((run),) = runs
     assert variants(run) == [f"base={tmp_path}/sb", f"patched={tmp_path}/sp",
                              f"base-again={tmp_path}/sb"]
+
+
+def test_patched_again_is_a_second_server_of_the_patched_site(tmp_path):
+    """patched-again: the series' A/A control, a second server from the
+    patched site under its own name."""
+    k = kit(tmp_path, ".kit", "sglang-0.5.12.post1-cp312-cp312-manylinux_2_34_x86_64.whl")
+    res, runs, _ = compare(tmp_path, k, "base,patched,patched-again", "--concurrency", "1",
+                           SIDE_BY_SIDE="3", KV_TOKENS="60000")
+    assert res.returncode == 0, res.stdout + res.stderr
+    ((run),) = runs
+    assert variants(run) == [f"base={tmp_path}/sb", f"patched={tmp_path}/sp",
+                             f"patched-again={tmp_path}/sp"]

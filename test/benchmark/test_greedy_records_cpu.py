@@ -94,6 +94,26 @@ def test_each_server_gives_its_largest_logprob_difference_from_base():
     assert runs[("base", "none")]["logprob_max_diff_vs_base"] == 0.0
 
 
+def test_builds_on_the_series_also_give_their_difference_from_patched():
+    """patched-again (the series' A/A copy) and a trial patch's server are
+    measured against the patched server too: a logprob the series moves
+    from base's but its own second server reproduces is the code, one that
+    moves between the two patched servers is their scatter."""
+    again = ("patched-again",) + EAGLE[1:]
+    trial = ("candidate-x",) + EAGLE[1:]
+    st = _state({EAGLE: [[1, 2]], PATCHED: [[1, 2]], again: [[1, 2]], trial: [[1, 2]]})
+    st.greedy_logprobs = {EAGLE: [[{2: -0.1, 7: -3.0}]],
+                          PATCHED: [[{2: -0.1, 7: -2.75}]],
+                          again: [[{2: -0.1, 7: -2.75}]],
+                          trial: [[{2: -0.1, 7: -2.5}]]}
+    runs = {r["variant"]: r for r in st.greedy_runs()}
+    assert runs["patched-again"]["logprob_max_diff_vs_base"] == 0.25
+    assert runs["patched-again"]["logprob_max_diff_vs_patched"] == 0.0
+    assert runs["candidate-x"]["logprob_max_diff_vs_patched"] == 0.25
+    assert "logprob_max_diff_vs_patched" not in runs["base"]
+    assert "logprob_max_diff_vs_patched" not in runs["patched"]
+
+
 def test_a_server_without_logprobs_says_why_and_others_have_no_field():
     st = _state({EAGLE: [[1, 2]], PATCHED: [[1, 2]]})
     st.greedy_logprob_errors = {PATCHED: "HTTPError: 400"}
