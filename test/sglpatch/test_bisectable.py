@@ -23,7 +23,7 @@ import pytest
 from conftest import REPO
 from import_zygote import Zygote
 
-from sglpatch.series import PATCHES_DIR, read_series_names
+from sglpatch.series import PATCHES_DIR, load_series, read_series_names
 
 # the scheduler, its workers and the backends the series changes most
 ENTRY_MODULES = [
@@ -60,18 +60,15 @@ NOT_IMPORTABLE_ON_CPU = {
 }
 
 
-def touched_modules(manifest_path=PATCHES_DIR / "manifest.json"):
+def touched_modules():
     """The dotted names of the sglang modules the series' patches change."""
-    manifest = json.loads(manifest_path.read_text())
     names = set()
-    for patch in manifest["patches"]:
-        for entry in patch["files"]:
-            path = entry["path"]
-            if path.endswith(".py"):
-                parts = ["sglang", *path[: -len(".py")].split("/")]
-                if parts[-1] == "__init__":
-                    parts.pop()
-                names.add(".".join(parts))
+    for path in load_series().touched_files():
+        if path.endswith(".py"):
+            parts = ["sglang", *path[: -len(".py")].split("/")]
+            if parts[-1] == "__init__":
+                parts.pop()
+            names.add(".".join(parts))
     return names
 
 
