@@ -97,12 +97,12 @@ class Run:
         mine = self.greedy_logprobs.get(key)
         if mine is None:
             return {}
+        references = ["base"] + (["patched"] if results.over_patched(key[0]) else [])
         out = {}
-        for field, reference in (("logprob_max_diff_vs_base", "base"),
-                                 ("logprob_max_diff_vs_patched", "patched")):
+        for reference in references:
             theirs = self.greedy_logprobs.get((reference,) + tuple(key[1:]))
-            if theirs is not None and (reference == "base" or results.over_patched(key[0])):
-                out[field] = greedy.logprob_max_diff(mine, theirs)
+            if theirs is not None:
+                out[f"logprob_max_diff_vs_{reference}"] = greedy.logprob_max_diff(mine, theirs)
         return out
 
     def greedy_entries(self):
