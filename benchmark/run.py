@@ -27,7 +27,8 @@ from bench import BenchRunner, probe_throughput, run_bench
 from builds import apply_series, detect_card, ensure_models, load_fmap, parse_variant, variant_env
 from cpus import cpu_list, pin_cpus, rotated_place
 from options import RunOptions
-from server import Server, free_port, move_group, server_command, sglpatch_line
+from server import (NCCL_PORT_DELTA, Server, move_group, server_command, server_ports,
+                    sglpatch_line)
 
 
 class Run:
@@ -335,7 +336,7 @@ def bench_order(members, repeats, concurrency):
             for m in (members if rep % 2 == 0 else members[::-1])]
 
 
-def member_command(opts: RunOptions, m, target, draft, port):
+def member_command(opts: RunOptions, m, target, draft, port, nccl_port=None):
     return server_command(sys.executable, target, draft, port, m.be, m.spec, m.ov, m.pw,
                           tp=opts.tp, spec_steps=None if opts.spec_auto else opts.spec_steps,
                           topk=spec_params(opts)[1], draft_tokens=spec_params(opts)[2],
@@ -344,7 +345,7 @@ def member_command(opts: RunOptions, m, target, draft, port):
                           token_map=opts.token_map,
                           grammar=opts.faults and opts.fault_grammar_clients > 0,
                           extra=server_extra_args(opts), dp=opts.dp,
-                          dp_attention=opts.enable_dp_attention)
+                          dp_attention=opts.enable_dp_attention, nccl_port=nccl_port)
 
 
 def fingerprint_members(st, opts: RunOptions, members, target, draft):
@@ -368,13 +369,13 @@ def serve_group(st, opts: RunOptions, group, target, draft, vocab):
             cpus = st.server_cpus[i] if st.server_cpus else None
             kept = kept_for[m.tag]
             if kept:
-                port = kept["port"]
+                port, nccl_port = kept["port"], None
             else:
-                port = free_port(opts.port_base + 10 * len(st.server_starts) + 10 * i)
-                while port in used:
-                    port = free_port(port + 1)
-            used.add(port)
-            cmd = member_command(opts, m, target, draft, port)
+                port, nccl_port = server_ports(
+                    opts.port_base + 10 * len(st.server_starts) + 10 * i, used)
+            # a kept server's store port is its HTTP port's (server_ports)
+            used.update((port, port + NCCL_PORT_DELTA))
+            cmd = member_command(opts, m, target, draft, port, nccl_port)
             log_path = (kept["log_path"] if kept
                         else os.path.join(opts.work_dir, f"server-{m.tag}.log"))
             m.srv = Server(cmd, m.env, log_path, start_timeout=start_timeout(st), cpus=cpus)

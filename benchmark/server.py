@@ -31,6 +31,28 @@ def free_port(start=30000):
     raise RuntimeError("no free port")
 
 
+# A server's torch.distributed store listens on --nccl-port. Without one,
+# sglang takes a port the kernel hands out (bind to port 0) and listens on it
+# seconds later: servers started together open many sockets meanwhile (NCCL's
+# bootstrap, every TP rank's), and one may be given that very port, so the
+# store fails with EADDRINUSE and its server exits. e2e.py gives each server
+# HTTP port + NCCL_PORT_DELTA, a fixed port below the kernel's ephemeral range.
+NCCL_PORT_DELTA = 5
+
+
+def server_ports(start, used=()):
+    """(HTTP port, NCCL port): the first port from `start` up that is free,
+    not in `used`, and whose port + NCCL_PORT_DELTA is free and not in
+    `used` either."""
+    port = start
+    while True:
+        port = free_port(port)
+        nccl = port + NCCL_PORT_DELTA
+        if port not in used and nccl not in used and free_port(nccl) == nccl:
+            return port, nccl
+        port += 1
+
+
 # patch 0008's start-up line: "sglpatch: <series>; per-step seq_lens host pull ..."
 SGLPATCH_LINE = "sglpatch: "
 
@@ -75,12 +97,14 @@ def eagle_draft(draft):
 def server_command(python, target, draft, port, attention_backend, speculative,
                    overlap, piecewise, tp=1, spec_steps=3, topk=1, draft_tokens=4,
                    mem_fraction=None, max_total_tokens=None, extra=(), dp=1,
-                   dp_attention=False, token_map=False, grammar=False):
+                   dp_attention=False, token_map=False, grammar=False, nccl_port=None):
     """The launch_server command of one server. `speculative`: EAGLE3,
     EAGLE (the EAGLE draft beside `draft`, eagle_draft) or none; token_map:
     with EAGLE, FR-Spec (--speculative-token-map, the draft's hot tokens);
     grammar: the xgrammar backend, for requests with a regex (the 0.5.12.post1
-    kit carries xgrammar; the others, but 0.5.17's, do not)."""
+    kit carries xgrammar; the others, but 0.5.17's, do not); nccl_port: the
+    port of its torch.distributed store (NCCL_PORT_DELTA), None: sglang's
+    own pick."""
     cmd = [python, "-m", "sglang.launch_server", "--model-path", target,
            "--host", "127.0.0.1", "--port", str(port), "--tp", str(tp),
            # "default": no flag, the backend sglang picks (fa3 on Hopper for
@@ -93,6 +117,8 @@ def server_command(python, target, draft, port, attention_backend, speculative,
            "--dtype", "bfloat16", "--random-seed", "0",
            # concurrency <= 32 in the benchmark: capture no larger graphs
            "--cuda-graph-max-bs", "32", "--max-running-requests", "48"]
+    if nccl_port is not None:
+        cmd += ["--nccl-port", str(nccl_port)]
     if speculative in SPEC_ALGORITHMS:
         eagle, hot = eagle_draft(draft)
         cmd += ["--speculative-algorithm", speculative,

@@ -31,6 +31,10 @@ def test_side_by_side_servers_overlap_and_repeats_interleave(tmp_path):
         assert argv[argv.index("--max-total-tokens") + 1] == "12345"
         # an idle server must not busy-poll beside the one being measured
         assert "--sleep-on-idle" in argv
+    # each has a torch.distributed store port of its own, apart from every
+    # server's HTTP port (server.server_ports)
+    stores = [int(e["argv"][e["argv"].index("--nccl-port") + 1]) for e in ups]
+    assert len(set(stores)) == 2 and not set(stores) & {e["port"] for e in ups}
     # the bench points alternate between the two servers at every (rep, c),
     # the call's order on the first repeat and reversed on the second, so
     # neither build is always measured first

@@ -1,0 +1,48 @@
+"""Each server e2e.py starts gets a port of its own for its torch.distributed
+store (--nccl-port), below the kernel's ephemeral range: left to sglang, the
+store listens on a port the kernel handed out seconds before, which another
+server's sockets may take meanwhile (EADDRINUSE, the server exits)."""
+
+import os
+import socket
+import sys
+
+from standin_sglang import E2E, port_block
+
+sys.path.insert(0, os.path.dirname(E2E))
+from server import NCCL_PORT_DELTA, server_command, server_ports  # noqa: E402
+
+
+def ephemeral_low():
+    with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+        return int(f.read().split()[0])
+
+
+def test_the_store_port_follows_the_http_port_below_the_ephemeral_range():
+    with port_block() as base:
+        port, nccl = server_ports(base)
+        assert (port, nccl) == (base, base + NCCL_PORT_DELTA)
+        assert nccl < ephemeral_low()
+
+
+def test_ports_in_use_or_taken_are_skipped():
+    with port_block() as base:
+        # the group's first server holds base and base + delta
+        used = {base, base + NCCL_PORT_DELTA}
+        port, nccl = server_ports(base, used)
+        assert port not in used and nccl not in used
+        assert nccl == port + NCCL_PORT_DELTA
+        # a port another process listens on, as a store port, is skipped too
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", base + 100 + NCCL_PORT_DELTA))
+            port, nccl = server_ports(base + 100)
+            assert port == base + 101 and nccl == base + 101 + NCCL_PORT_DELTA
+
+
+def test_the_launch_names_the_store_port_only_when_given():
+    def cmd(**kw):
+        return server_command("python3", "T", "D", 30010, "fa3", "EAGLE3", True, True,
+                              tp=2, **kw)
+    with_port = cmd(nccl_port=30015)
+    assert with_port[with_port.index("--nccl-port") + 1] == "30015"
+    assert "--nccl-port" not in cmd()
