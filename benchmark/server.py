@@ -104,7 +104,7 @@ def server_command(python, target, draft, port, attention_backend, speculative,
     grammar: the xgrammar backend, for requests with a regex (the 0.5.12.post1
     kit carries xgrammar; the others, but 0.5.17's, do not); nccl_port: the
     port of its torch.distributed store (NCCL_PORT_DELTA), None: sglang's
-    own pick."""
+    own pick, which DP replicas without DP attention keep."""
     cmd = [python, "-m", "sglang.launch_server", "--model-path", target,
            "--host", "127.0.0.1", "--port", str(port), "--tp", str(tp),
            # "default": no flag, the backend sglang picks (fa3 on Hopper for
@@ -117,7 +117,10 @@ def server_command(python, target, draft, port, attention_backend, speculative,
            "--dtype", "bfloat16", "--random-seed", "0",
            # concurrency <= 32 in the benchmark: capture no larger graphs
            "--cuda-graph-max-bs", "32", "--max-running-requests", "48"]
-    if nccl_port is not None:
+    # replicas of DP without DP attention are process groups of their own:
+    # sglang gives each a store port (PortArgs.init_new per replica), and a
+    # --nccl-port would be every replica's, so the second could not bind it
+    if nccl_port is not None and (dp <= 1 or dp_attention):
         cmd += ["--nccl-port", str(nccl_port)]
     if speculative in SPEC_ALGORITHMS:
         eagle, hot = eagle_draft(draft)

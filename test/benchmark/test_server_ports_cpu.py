@@ -21,8 +21,12 @@ def ephemeral_low():
 def test_the_store_port_follows_the_http_port_below_the_ephemeral_range():
     with port_block() as base:
         port, nccl = server_ports(base)
-        assert (port, nccl) == (base, base + NCCL_PORT_DELTA)
+        # (another suite's servers may hold the block's first ports)
+        assert base <= port < base + 200 and nccl == port + NCCL_PORT_DELTA
         assert nccl < ephemeral_low()
+        for p in (port, nccl):  # both free
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", p))
 
 
 def test_ports_in_use_or_taken_are_skipped():
@@ -34,9 +38,10 @@ def test_ports_in_use_or_taken_are_skipped():
         assert nccl == port + NCCL_PORT_DELTA
         # a port another process listens on, as a store port, is skipped too
         with socket.socket() as s:
-            s.bind(("127.0.0.1", base + 100 + NCCL_PORT_DELTA))
-            port, nccl = server_ports(base + 100)
-            assert port == base + 101 and nccl == base + 101 + NCCL_PORT_DELTA
+            start, taken = server_ports(base + 100)
+            s.bind(("127.0.0.1", taken))
+            port, nccl = server_ports(start)
+            assert port > start and nccl != taken and nccl == port + NCCL_PORT_DELTA
 
 
 def test_the_launch_names_the_store_port_only_when_given():
@@ -46,3 +51,15 @@ def test_the_launch_names_the_store_port_only_when_given():
     with_port = cmd(nccl_port=30015)
     assert with_port[with_port.index("--nccl-port") + 1] == "30015"
     assert "--nccl-port" not in cmd()
+
+
+def test_dp_replicas_keep_sglangs_own_store_ports():
+    # without DP attention each replica is a world of its own, and sglang
+    # binds each replica's store port in turn: one given port would be all
+    # of theirs
+    def cmd(**kw):
+        return server_command("python3", "T", "D", 30010, "fa3", "EAGLE3", True, True,
+                              tp=1, nccl_port=30015, **kw)
+    assert "--nccl-port" not in cmd(dp=2)
+    # with DP attention the ranks share one world, and one store
+    assert "--nccl-port" in cmd(dp=2, dp_attention=True)
