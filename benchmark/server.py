@@ -20,14 +20,19 @@ import pace
 from cpus import pin_child
 
 
+def port_is_free(port):
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+            return True
+        except OSError:
+            return False
+
+
 def free_port(start=30000):
     for port in range(start, start + 200):
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-                return port
-            except OSError:
-                continue
+        if port_is_free(port):
+            return port
     raise RuntimeError("no free port")
 
 
@@ -48,7 +53,7 @@ def server_ports(start, used=()):
     while True:
         port = free_port(port)
         nccl = port + NCCL_PORT_DELTA
-        if port not in used and nccl not in used and free_port(nccl) == nccl:
+        if port not in used and nccl not in used and port_is_free(nccl):
             return port, nccl
         port += 1
 

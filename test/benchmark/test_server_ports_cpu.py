@@ -44,22 +44,20 @@ def test_ports_in_use_or_taken_are_skipped():
             assert port > start and nccl != taken and nccl == port + NCCL_PORT_DELTA
 
 
+def launch(**kw):
+    return server_command("python3", "T", "D", 30010, "fa3", "EAGLE3", True, True, **kw)
+
+
 def test_the_launch_names_the_store_port_only_when_given():
-    def cmd(**kw):
-        return server_command("python3", "T", "D", 30010, "fa3", "EAGLE3", True, True,
-                              tp=2, **kw)
-    with_port = cmd(nccl_port=30015)
+    with_port = launch(tp=2, nccl_port=30015)
     assert with_port[with_port.index("--nccl-port") + 1] == "30015"
-    assert "--nccl-port" not in cmd()
+    assert "--nccl-port" not in launch(tp=2)
 
 
 def test_dp_replicas_keep_sglangs_own_store_ports():
     # without DP attention each replica is a world of its own, and sglang
     # binds each replica's store port in turn: one given port would be all
     # of theirs
-    def cmd(**kw):
-        return server_command("python3", "T", "D", 30010, "fa3", "EAGLE3", True, True,
-                              tp=1, nccl_port=30015, **kw)
-    assert "--nccl-port" not in cmd(dp=2)
+    assert "--nccl-port" not in launch(nccl_port=30015, dp=2)
     # with DP attention the ranks share one world, and one store
-    assert "--nccl-port" in cmd(dp=2, dp_attention=True)
+    assert "--nccl-port" in launch(nccl_port=30015, dp=2, dp_attention=True)
