@@ -705,6 +705,7 @@ JOINED = {
     "candidate-triton-tree-metadata-in-graph+spec-v1-draft-sum-from-host+flashinfer-plan-from-host":
         "0018",
     "candidate-fa3-spec-graph-metadata-fused": "0020",
+    "candidate-fa3-tree-graph-metadata-fused": "0021",
 }
 
 

@@ -1,4 +1,5 @@
-"""The trial patch fa3-tree-graph-metadata-fused on a GPU, without a server.
+"""Patch 0021 (first measured as the trial patch fa3-tree-graph-metadata-fused)
+on a GPU, without a server.
 
 Its unit tests (test_fa3_tree_graph_metadata_fused.py) run the fused
 kernels in Triton's interpreter on the CPU. This runs the same cases with
@@ -9,8 +10,8 @@ and per replay with a synchronize), at the cases' shapes and at sglang's own
 EAGLE parameters (draft tokens 8).
 
 usage: PYTHONPATH=SITE:TESTDIR python3 benchmark/probes/fa3_tree_metadata_gpu.py run OUT.json
-  SITE: a site with the series and the trial patch; TESTDIR: the folder of
-  the trial patch's test file (git apply --include='test/*' of the patch).
+  SITE: a site with the series through 0021; TESTDIR: the folder of the
+  patch's test file, test/registered/unit/layers/attention.
   Exit status 1 if any replay differs.
        python3 benchmark/probes/fa3_tree_metadata_gpu.py render OUT.json > OUT.md
   (standard library only: the tables of a run's file)

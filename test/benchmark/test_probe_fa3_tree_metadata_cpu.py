@@ -1,7 +1,7 @@
 """CPU tests of benchmark/probes/fa3_tree_metadata_gpu.py's page: a row per
 timed path, the differing replays listed, and the committed page is what
-the committed JSON renders to. (Its run needs a GPU site with the trial
-patch fa3-tree-graph-metadata-fused; on the CPU it runs under
+the committed JSON renders to. (Its run needs a GPU site with the series
+through 0021; on the CPU it runs under
 TRITON_INTERPRET=1 PROBE_DEVICE=cpu, minutes, so no test runs it.)"""
 
 import json

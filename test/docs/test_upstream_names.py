@@ -50,6 +50,8 @@ NAMES = {
     "speculative.eagle_worker_v2.draft_extend_graph_status": None,
     "speculative.eagle_utils.verify_tree_mask_mode": None,
     "layers.attention.flashattention_backend.fa3_needs_cpu_seq_lens": None,
+    "layers.attention.flashattention_backend.fa3_fuses_tree_metadata": None,
+    "layers.attention.flashattention_backend.verify_tree_expand_set_metadata": None,
     "layers.attention.base_attn_backend.AttentionBackend.init_forward_metadata_in_graph":
         ["self", "forward_batch"],
     "layers.attention.base_attn_backend.call_init_forward_metadata_in_graph": None,
