@@ -35,18 +35,23 @@ PYTEST := $(PYTEST_ONE) -n $(TEST_WORKERS) --dist worksteal
 # collecting). They run in one process of their own, started first, and the
 # other TEST_WORKERS - 1 workers collect only the rest; its log follows
 # theirs, and either failing fails the target. $(1): pytest's selection.
+# IN_UNIT: the other test files that import sglang itself in the test
+# process (about 9 s of CPU each in a worker that had not), run in that
+# process too.
 UNIT := test/registered
+IN_UNIT := test/docs/test_upstream_names.py test/benchmark/test_dp_mixed_cpu.py
 UNIT_LOG := $(VENV)/unit-tests.log
 define split_run
 	@if [ "$(TEST_WORKERS)" -lt 2 ]; then \
 	    $(PYTEST_ONE) $(1) test; exit $$?; \
 	fi; \
-	$(PYTEST_ONE) -o cache_dir=$(VENV)/pytest-cache-unit $(1) $(UNIT) \
+	$(PYTEST_ONE) -o cache_dir=$(VENV)/pytest-cache-unit $(1) $(UNIT) $(IN_UNIT) \
 	    > $(UNIT_LOG) 2>&1 & unit=$$!; \
 	$(PYTEST_ONE) -n $$(($(TEST_WORKERS) - 1)) --dist worksteal $(1) \
-	    --ignore=$(UNIT) test; rest=$$?; \
+	    --ignore=$(UNIT) $(IN_UNIT:%=--ignore=%) test; rest=$$?; \
 	wait $$unit; unit=$$?; \
-	echo "== $(UNIT), in one process beside the workers:"; cat $(UNIT_LOG); \
+	echo "== $(UNIT) $(IN_UNIT), in one process beside the workers:"; \
+	cat $(UNIT_LOG); \
 	[ $$rest -eq 0 ] && [ $$unit -eq 0 ]
 endef
 
