@@ -5,6 +5,7 @@ import json
 import subprocess
 import sys
 
+import pytest
 from conftest import REPO
 
 from sglpatch.maintainer import BASE_TAG
@@ -23,9 +24,17 @@ def git(repo, *args):
                           check=True).stdout
 
 
-def test_worktree_then_export_round_trip(tmp_path, wheel_path):
-    tree = tmp_path / "wt"
+@pytest.fixture(scope="module")
+def series_tree(tmp_path_factory, wheel_path):
+    """One `sglpatch worktree` of python/sglpatch/patches for this module's tests
+    (about 5 s of CPU each): tests that change it work on a clone."""
+    tree = tmp_path_factory.mktemp("maintainer") / "wt"
     run("worktree", str(tree), "--wheel", str(wheel_path))
+    return tree
+
+
+def test_worktree_then_export_round_trip(tmp_path, series_tree):
+    tree = series_tree
 
     names = read_series_names(PATCHES_DIR)
     log = git(tree, "log", "--format=%s", f"{BASE_TAG}..HEAD").splitlines()
@@ -53,9 +62,11 @@ def test_worktree_then_export_round_trip(tmp_path, wheel_path):
     assert (out / MANIFEST_FILE).read_text() == (PATCHES_DIR / MANIFEST_FILE).read_text()
 
 
-def test_export_sees_a_new_commit(tmp_path, wheel_path):
+def test_export_sees_a_new_commit(tmp_path, series_tree):
     tree = tmp_path / "wt"
-    run("worktree", str(tree), "--wheel", str(wheel_path))
+    git(tmp_path, "clone", "-q", str(series_tree), str(tree))
+    git(tree, "config", "user.name", "sglpatch maintainers")
+    git(tree, "config", "user.email", "sglpatch@users.noreply.github.com")
     target = tree / "python" / "sglang" / "srt" / "server_args.py"
     target.write_text(target.read_text() + "\n# sglpatch: a maintainer's edit\n")
     git(tree, "commit", "-q", "-am", "Z: a maintainer's edit")
