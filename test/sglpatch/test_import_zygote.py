@@ -43,3 +43,11 @@ def test_a_child_that_never_ends_is_killed_with_the_zygote(tmp_path, zygote):
     with pytest.raises(TimeoutError, match="no answer from the import zygote in 1 s"):
         zygote.run(ok, tmp_path, "import time; time.sleep(60)", timeout=1)
     assert zygote.proc.poll() is not None
+
+
+def test_children_collect_unless_asked_not_to_and_skip_the_preloaded(tmp_path, zygote):
+    ok = site(tmp_path, "ok", "")
+    code = "import gc; print(gc.isenabled(), gc.get_freeze_count() > 0)"
+    assert zygote.run(ok, tmp_path, code)[:2] == (0, "True True\n")
+    assert zygote.run(ok, tmp_path, code, collect=False)[:2] == (0, "False True\n")
+    assert zygote.run(ok, tmp_path, code)[:2] == (0, "True True\n")  # per request
