@@ -45,7 +45,10 @@ PRELOAD = ("torch", "torch.distributed", "torch._dynamo", "torchvision", "triton
            "zmq.asyncio", "triton.tools.tensor_descriptor")
 
 _SERVE = r"""
-import importlib, json, os, sys, traceback
+import gc, importlib, json, os, sys, traceback
+# no collections while preloading: they walked the growing heap of module
+# objects again and again (gc.freeze() below keeps them out for good)
+gc.disable()
 for name in sys.argv[1:]:
     try:
         importlib.import_module(name)
@@ -61,8 +64,8 @@ import inspect
 inspect.getmodule(None, "<zygote>")
 # what is loaded now lives as long as the zygote: the children's collections
 # leave it alone instead of walking it (and copying its pages) every time
-import gc
 gc.freeze()
+gc.enable()
 for line in sys.stdin:
     req = json.loads(line)
     pid = os.fork()
