@@ -8,7 +8,7 @@ import sys
 import pytest
 from conftest import REPO
 
-from sglpatch.maintainer import BASE_TAG
+from sglpatch.maintainer import _IDENTITY, BASE_TAG
 from sglpatch.series import MANIFEST_FILE, PATCHES_DIR, SERIES_FILE, read_series_names
 
 
@@ -27,7 +27,8 @@ def git(repo, *args):
 @pytest.fixture(scope="module")
 def series_tree(tmp_path_factory, wheel_path):
     """One `sglpatch worktree` of python/sglpatch/patches for this module's tests
-    (about 5 s of CPU each): tests that change it work on a clone."""
+    (about 5 s of CPU each): tests that change it work on a clone, with the
+    work tree's identity."""
     tree = tmp_path_factory.mktemp("maintainer") / "wt"
     run("worktree", str(tree), "--wheel", str(wheel_path))
     return tree
@@ -65,8 +66,8 @@ def test_worktree_then_export_round_trip(tmp_path, series_tree):
 def test_export_sees_a_new_commit(tmp_path, series_tree):
     tree = tmp_path / "wt"
     git(tmp_path, "clone", "-q", str(series_tree), str(tree))
-    git(tree, "config", "user.name", "sglpatch maintainers")
-    git(tree, "config", "user.email", "sglpatch@users.noreply.github.com")
+    git(tree, "config", "user.name", _IDENTITY["GIT_AUTHOR_NAME"])
+    git(tree, "config", "user.email", _IDENTITY["GIT_AUTHOR_EMAIL"])
     target = tree / "python" / "sglang" / "srt" / "server_args.py"
     target.write_text(target.read_text() + "\n# sglpatch: a maintainer's edit\n")
     git(tree, "commit", "-q", "-am", "Z: a maintainer's edit")
