@@ -36,7 +36,7 @@ PYTEST := $(PYTEST_ONE) -n $(TEST_WORKERS) --dist worksteal
 # other TEST_WORKERS - 1 workers collect only the rest; its log follows
 # theirs, and either failing fails the target. $(1): pytest's selection.
 # IN_UNIT: the other test files that import sglang itself in the test
-# process (about 9 s of CPU each in a worker that had not), run in that
+# process (9 and 18 s of CPU in a worker that had not), run in that
 # process too.
 UNIT := test/registered
 IN_UNIT := test/docs/test_upstream_names.py test/benchmark/test_dp_mixed_cpu.py
