@@ -706,6 +706,8 @@ JOINED = {
         "0018",
     "candidate-fa3-spec-graph-metadata-fused": "0020",
     "candidate-fa3-tree-graph-metadata-fused": "0021",
+    "candidate-spec-v1-verify-indices-from-host": "0022",
+    "candidate-fa3-tree-graph-metadata-fused+spec-v1-verify-indices-from-host": "0022",
 }
 
 
