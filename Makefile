@@ -35,11 +35,18 @@ PYTEST := $(PYTEST_ONE) -n $(TEST_WORKERS) --dist worksteal
 # collecting). They run in one process of their own, started first, and the
 # other TEST_WORKERS - 1 workers collect only the rest; its log follows
 # theirs, and either failing fails the target. $(1): pytest's selection.
-# IN_UNIT: the other test files that import sglang itself in the test
-# process (9 and 18 s of CPU in a worker that had not), run in that
-# process too.
+# IN_UNIT: test files that run in that process too. The first two import
+# sglang itself in the test process (9 and 18 s of CPU in a worker that had
+# not). The other three each spend 10-30 s of CPU in interpreters of their
+# own (every prefix of the series imported; sglang loading the EAGLE draft
+# and taking the FR-Spec launch): the unit tests alone were done in about a
+# third of the run and left that process idle while the workers waited on
+# stand-in servers with CPU to spare. With them there, `make test` on a
+# 2-core machine took 118 and 119 s where it took 132 s twice.
 UNIT := test/registered
-IN_UNIT := test/docs/test_upstream_names.py test/benchmark/test_dp_mixed_cpu.py
+IN_UNIT := test/docs/test_upstream_names.py test/benchmark/test_dp_mixed_cpu.py \
+           test/sglpatch/test_bisectable.py test/benchmark/test_eagle_draft_cpu.py \
+           test/benchmark/test_fr_spec_cpu.py
 UNIT_LOG := $(VENV)/unit-tests.log
 define split_run
 	@if [ "$(TEST_WORKERS)" -lt 2 ]; then \
