@@ -36,8 +36,8 @@ PYTEST := $(PYTEST_ONE) -n $(TEST_WORKERS) --dist worksteal
 # other TEST_WORKERS - 1 workers collect only the rest; its log follows
 # theirs, and either failing fails the target. $(1): pytest's selection.
 # IN_UNIT: test files that run in that process too. The first two import
-# sglang itself in the test process (9 and 18 s of CPU in a worker that had
-# not). The other three each spend 10-30 s of CPU in interpreters of their
+# sglang itself in the test process (18 and 9 s of CPU in a worker that had
+# not). The other three spend 35, 13 and 8 s of CPU in interpreters of their
 # own (every prefix of the series imported; sglang loading the EAGLE draft
 # and taking the FR-Spec launch): the unit tests alone were done in about a
 # third of the run and left that process idle while the workers waited on
