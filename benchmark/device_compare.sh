@@ -68,8 +68,9 @@
 # Returns under $OUT_DIR (the folder whose files come back from the GPU machine,
 # benchmark/kit/README.md): the results JSON (+ PNG if matplotlib is there),
 # compare.log, env.txt, probe.tgz (SYNC_TRACE), server-logs.tgz and
-# profiles.tgz (e2e --profile-steps: the torch-profiler traces; the stack
-# traces in profiles-stack.tgz where all would not fit one file).
+# profiles.tgz (e2e --profile-steps: the torch-profiler traces, a PAIRS
+# copy's under pair<i>/profiles; the stack traces in profiles-stack.tgz where
+# all would not fit one file).
 KIT=$1
 LOG_NAME=compare.log
 . "$(dirname "$0")/lib.sh"

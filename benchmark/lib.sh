@@ -292,14 +292,22 @@ probe_site() {  # probe_site SITE COPY: a hard-linked copy of SITE with the proj
 # what one file back from the device may hold (16 MiB, less a margin)
 PROFILES_MAX_BYTES=${PROFILES_MAX_BYTES:-15000000}
 
-pack_profiles() {  # pack_profiles WORK: WORK/profiles (e2e --profile-steps) into $OUT_DIR
+profile_dirs() {  # profile_dirs WORK: WORK's trace folders (e2e --profile-steps),
+  # one a line, relative to WORK: profiles (one run) and pair<i>/profiles (the
+  # copies of PAIRS, whose traces share names, so each keeps its folder)
+  (cd "$1" 2>/dev/null && shopt -s nullglob \
+    && for d in profiles pair*/profiles; do [ -d "$d" ] && echo "$d"; done)
+}
+
+pack_profiles() {  # pack_profiles WORK: WORK's traces (profile_dirs) into $OUT_DIR
   # profiles.tgz, all traces in one file where they fit; else the GPU-only
   # traces there and the stack traces in profiles-stack.tgz, or those of
   # rank 0 only, or none: each file back must stay under its limit, and a
   # call returns at most 8 files (probe.tgz, where there is one, takes the 8th)
-  local work=$1
-  [ -d "$work/profiles" ] || return 0
-  (cd "$work" && tar czf "$OUT_DIR/profiles.tgz" profiles)
+  local work=$1 dirs=()
+  mapfile -t dirs < <(profile_dirs "$work")
+  [ ${#dirs[@]} -gt 0 ] || return 0
+  (cd "$work" && tar czf "$OUT_DIR/profiles.tgz" "${dirs[@]}")
   fits "$OUT_DIR/profiles.tgz" && return 0
   # GPU-only traces: <tag>-c<C>-gpu.trace.json.gz, per rank -gpu-rank<R> at --tp > 1
   tar_traces "$work" "$OUT_DIR/profiles.tgz" '*-gpu.trace.json.gz' '*-gpu-rank*.trace.json.gz'
@@ -323,12 +331,13 @@ fits() {  # fits FILE: small enough to come back from the device
   [ "$(stat -c %s "$1")" -lt "$PROFILES_MAX_BYTES" ]
 }
 
-tar_traces() {  # tar_traces WORK TGZ PATTERN...: WORK/profiles/PATTERN... into TGZ;
-  # fails where no trace matches
-  local work=$1 tgz=$2; shift 2
+tar_traces() {  # tar_traces WORK TGZ PATTERN...: each trace folder's PATTERN...
+  # (profile_dirs) into TGZ; fails where no trace matches
+  local work=$1 tgz=$2 dirs=(); shift 2
   rm -f "$tgz"
+  mapfile -t dirs < <(profile_dirs "$work")
   (cd "$work" && shopt -s nullglob && traces=() \
-    && for g in "$@"; do traces+=(profiles/$g); done \
+    && for d in "${dirs[@]}"; do for g in "$@"; do traces+=("$d"/$g); done; done \
     && [ ${#traces[@]} -gt 0 ] && tar czf "$tgz" "${traces[@]}")
 }
 

@@ -377,6 +377,26 @@ def test_pack_profiles_falls_back_to_rank_0s_stack_trace_then_to_none(tmp_path):
     assert "the stack traces do not fit one file" in res.stdout
 
 
+def test_pack_profiles_takes_the_traces_of_every_pairs_copy(tmp_path):
+    """PAIRS copies profile into WORK/pair<i>/profiles under the same trace
+    names: both come back, each in its copy's folder, also when the stack
+    traces go in the second file."""
+    for copy in ("pair0", "pair1"):
+        profiles = tmp_path / "work" / copy / "profiles"
+        profiles.mkdir(parents=True)
+        for n in GPU_TRACES + STACK_TRACES:
+            (profiles / n).write_bytes(os.urandom(1000))
+    (tmp_path / "out").mkdir()
+    both = lambda names: sorted(f"{c}/profiles/{n}" for c in ("pair0", "pair1") for n in names)
+    res = sh(f"PROFILES_MAX_BYTES=100000 pack_profiles {tmp_path}/work", tmp_path)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert _packed(tmp_path / "out" / "profiles.tgz", name=str) == both(GPU_TRACES + STACK_TRACES)
+    res = sh(f"PROFILES_MAX_BYTES=6000 pack_profiles {tmp_path}/work", tmp_path)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert _packed(tmp_path / "out" / "profiles.tgz", name=str) == both(GPU_TRACES)
+    assert _packed(tmp_path / "out" / "profiles-stack.tgz", name=str) == both(STACK_TRACES)
+
+
 def _old_logs(tmp_path):
     """WORK as a warm machine keeps it: an earlier call's logs, at the top
     and in a run's copy, three hours old."""
