@@ -18,16 +18,18 @@ import run  # noqa: E402
 import server  # noqa: E402
 
 # A stand-in server's process tree: the launcher with a second thread, and a
-# child process (sglang's scheduler) with one of its own; all idle.
+# child process (sglang's scheduler) with one of its own; all idle. Each says
+# it is up in one write: print() under PYTHONUNBUFFERED writes the text and
+# its newline apart, and the two processes' lines could interleave.
 TREE = r"""
 import os, sys, threading, time
 threading.Thread(target=time.sleep, args=(600,), daemon=True).start()
 if os.fork() == 0:
     threading.Thread(target=time.sleep, args=(600,), daemon=True).start()
-    print("child", flush=True)
+    os.write(1, b"child\n")
     time.sleep(600)
     os._exit(0)
-print("parent", flush=True)
+os.write(1, b"parent\n")
 time.sleep(600)
 """
 
