@@ -162,12 +162,16 @@ def test_new_results_files_name_builds_by_patch_range():
 
 def test_every_greedy_check_found_one_output():
     """README: greedy EAGLE3 output equals non-speculative and unpatched
-    output on every server of every results file."""
+    output on every server of every results file, but unpatched servers
+    launched without EAGLE's parameters, which run them on the wrong worker
+    (0015)."""
     for stem in JSONS:
         with open(os.path.join(RESULTS, stem + ".json")) as fh:
             data = json.load(fh)
         digests = {}
         for g in data.get("greedy_runs", []):
+            if g["variant"] == "base" and g.get("spec_params") == "auto":
+                continue
             digests.setdefault((g["prompts"], g.get("disaggregation")), set()).add(g["sha256"])
             off = "prompts_off_own_chain" if g.get("disaggregation") else "prompts_off_constructed_f"
             assert not g.get(off), stem
