@@ -27,8 +27,8 @@ from bench import BenchRunner, probe_throughput, run_bench
 from builds import apply_series, detect_card, ensure_models, load_fmap, parse_variant, variant_env
 from cpus import cpu_list, pin_cpus, rotated_place
 from options import RunOptions
-from server import (NCCL_PORT_DELTA, Server, move_group, server_command, server_ports,
-                    sglpatch_line)
+from server import (NCCL_PORT_DELTA, Server, move_group, prefill_graph_counts,
+                    server_command, server_ports, sglpatch_line)
 
 
 class Run:
@@ -431,6 +431,8 @@ def serve_group(st, opts: RunOptions, group, target, draft, vocab):
             if said:  # a patched server: the series and its seq_lens host pull
                 start["sglpatch_line"] = said
             st.server_starts.append(start)
+            # once the group is done: how its prefills ran, from the server's log
+            stack.callback(note_prefill_graphs, start, m.srv.log_path)
             st.log(f"  {m.tag} ready in {m.srv.start_s:.0f}s")
         if not group:
             return
@@ -467,6 +469,14 @@ def serve_group(st, opts: RunOptions, group, target, draft, vocab):
                 placed = rep
             survives(st, m, group, f"rep {rep} c={c}",
                      lambda: bench_point(st, opts, m, rep, c, target, vocab))
+
+
+def note_prefill_graphs(start, log_path):
+    """Add to a server's start record how many of its prefill batches its
+    log says ran in a CUDA graph and how many without one."""
+    counts = prefill_graph_counts(log_path)
+    if counts:
+        start.update(counts)
 
 
 def place_group(st, m, cpus):

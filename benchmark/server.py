@@ -77,6 +77,38 @@ def sglpatch_line(log_path):
     return None
 
 
+# sglang's scheduler logs each prefill batch it runs (rank 0's line), with
+# whether the batch ran in a (piecewise) CUDA graph:
+# "Prefill batch, #new-seq: 1, ..., cuda graph: False, input throughput ..."
+# ("Prefill batch [N], ..." where it numbers the forwards)
+PREFILL_LINE = "Prefill batch"
+PREFILL_GRAPH = "cuda graph: "
+
+
+def prefill_graph_counts(log_path):
+    """How many prefill batches the server's log says ran in a CUDA graph
+    and how many ran without one: {"prefill_batches_with_graph": n,
+    "prefill_batches_without_graph": m}, or None where the log names none."""
+    counts = {True: 0, False: 0}
+    try:
+        with open(log_path, errors="replace") as fh:
+            for line in fh:
+                if PREFILL_LINE not in line:
+                    continue
+                i = line.find(PREFILL_GRAPH)
+                if i < 0:
+                    continue
+                said = line[i + len(PREFILL_GRAPH):].split(",", 1)[0].strip()
+                if said in ("True", "False"):
+                    counts[said == "True"] += 1
+    except OSError:
+        return None
+    if not counts[True] and not counts[False]:
+        return None
+    return {"prefill_batches_with_graph": counts[True],
+            "prefill_batches_without_graph": counts[False]}
+
+
 def http_json(url, payload=None, timeout=600):
     data = None if payload is None else json.dumps(payload).encode()
     req = urllib.request.Request(url, data=data,

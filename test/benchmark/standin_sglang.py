@@ -17,7 +17,8 @@ lock, like one scheduler); FAKE_STALL_S, the whole server stalls that long
 when the first streamed request arrives; FAKE_START_S, seconds before the
 server starts listening; FAKE_CAPTURE_S, then seconds between the log's
 "Capture cuda graph begin" and "end" lines (FAKE_NO_CAPTURE: no such lines,
-as with --disable-cuda-graph). A request with a "regex" of the storm's
+as with --disable-cuda-graph); FAKE_PREFILL_GRAPH, "True" or "False": each
+/generate logs sglang's prefill-batch line with that "cuda graph:". A request with a "regex" of the storm's
 grammar clients' shape, "(t4t5t6){20}", gets that sequence and EOS.
 """
 
@@ -166,6 +167,11 @@ LAUNCH_SERVER = textwrap.dedent('''
                 return self._send({"success": True})
             ids = req["input_ids"]
             note({"generate_bootstrap_host": req.get("bootstrap_host")})
+            if os.environ.get("FAKE_PREFILL_GRAPH"):  # sglang's line per prefill batch
+                print("[2026-11-30 10:00:00 TP0] Prefill batch, #new-seq: 1, #new-token: 8, "
+                      "#cached-token: 0, token usage: 0.00, #running-req: 0, #queue-req: 0, "
+                      f"#pending-token: 0, cuda graph: {os.environ['FAKE_PREFILL_GRAPH']}, "
+                      "input throughput (token/s): 1.00", flush=True)
             batch = ids if ids and isinstance(ids[0], list) else [ids]
             k = req["sampling_params"]["max_new_tokens"]
             if req.get("stream"):

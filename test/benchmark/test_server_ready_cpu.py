@@ -13,7 +13,7 @@ import pytest
 from standin_sglang import E2E, make_site, port_block
 
 sys.path.insert(0, os.path.dirname(E2E))
-from server import Server, free_port  # noqa: E402
+from server import Server, free_port, prefill_graph_counts  # noqa: E402
 
 
 @pytest.fixture
@@ -77,3 +77,18 @@ def test_the_start_timeout_counts_from_the_launch(tmp_path, port_base):
         assert srv.start_s is None
     finally:
         srv.__exit__()
+
+
+def test_prefill_graph_counts_read_sglangs_prefill_lines(tmp_path):
+    log = tmp_path / "server.log"
+    prefill = ("[2026-11-30 05:10:56] Prefill batch, #new-seq: 1, #new-token: 256, "
+               "#cached-token: 0, token usage: 0.04, #running-req: 8, #queue-req: 0, "
+               "#pending-token: 0, cuda graph: {}, input throughput (token/s): 12029.95\n")
+    log.write_text(prefill.format("True") * 3 + prefill.format("False")
+                   + "[2026-11-30 05:10:56] Decode batch, #running-req: 8, cuda graph: True\n"
+                   + "[2026-11-30 05:08:00] Capture cuda graph begin.\n")
+    assert prefill_graph_counts(str(log)) == {"prefill_batches_with_graph": 3,
+                                              "prefill_batches_without_graph": 1}
+    log.write_text("[2026-11-30 05:08:00] Capture cuda graph begin.\n")
+    assert prefill_graph_counts(str(log)) is None
+    assert prefill_graph_counts(str(tmp_path / "missing.log")) is None

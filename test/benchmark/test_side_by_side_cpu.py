@@ -238,6 +238,23 @@ def test_server_starts_record_the_series_start_line(tmp_path):
 
 
 @pytest.mark.slow
+def test_server_starts_count_the_prefills_run_in_a_graph(tmp_path):
+    # sglang's log line per prefill batch says whether it ran in a CUDA
+    # graph: each server's record counts both kinds once its group is done
+    _, data = _run(tmp_path, env={"FAKE_PREFILL_GRAPH": "True"})
+    starts = data["server_starts"]
+    assert len(starts) == 2
+    assert all(s["prefill_batches_with_graph"] > 0 for s in starts)
+    assert all(s["prefill_batches_without_graph"] == 0 for s in starts)
+    _, eager = _run(tmp_path / "eager", env={"FAKE_PREFILL_GRAPH": "False"})
+    assert all(s["prefill_batches_with_graph"] == 0 and s["prefill_batches_without_graph"] > 0
+               for s in eager["server_starts"])
+    # a log without the line: the record has neither key
+    _, plain = _run(tmp_path / "plain")
+    assert all("prefill_batches_with_graph" not in s for s in plain["server_starts"])
+
+
+@pytest.mark.slow
 def test_default_backend_launches_without_the_flag(tmp_path):
     # what users run: no --attention-backend, sglang picks; the records keep
     # "default" as the backend's name
