@@ -40,6 +40,7 @@ import threading
 import time
 
 import greedy
+from server import lines_with
 
 KINDS = ("cut", "abort", "complete")
 # The synthetic models' tokenizer (benchmark/models/make_models.py) names id
@@ -375,18 +376,15 @@ def gap_window(times):
 def count_retractions(log_path):
     """(retraction log lines, requests retracted) in a server log, rank 0's
     lines only (each tensor-parallel rank logs its own)."""
-    lines = reqs = 0
-    try:
-        with open(log_path, errors="replace") as fh:
-            for line in fh:
-                if RETRACT_LINE not in line:
-                    continue
-                rank = RANK.search(line)
-                if rank and rank.group(1) != "0":
-                    continue
-                lines += 1
-                n = RETRACTED.search(line)
-                reqs += int(n.group(1)) if n else 0
-    except OSError:
+    found = lines_with(log_path, RETRACT_LINE)
+    if found is None:
         return None, None
+    lines = reqs = 0
+    for line in found:
+        rank = RANK.search(line)
+        if rank and rank.group(1) != "0":
+            continue
+        lines += 1
+        n = RETRACTED.search(line)
+        reqs += int(n.group(1)) if n else 0
     return lines, reqs

@@ -85,24 +85,26 @@ PREFILL_LINE = "Prefill batch"
 PREFILL_GRAPH = "cuda graph: "
 
 
+def lines_with(log_path, needle):
+    """The lines of a log file that contain `needle`, in order, or None
+    where the file cannot be read."""
+    try:
+        with open(log_path, errors="replace") as fh:
+            return [line for line in fh if needle in line]
+    except OSError:
+        return None
+
+
 def prefill_graph_counts(log_path):
     """How many prefill batches the server's log says ran in a CUDA graph
     and how many ran without one: {"prefill_batches_with_graph": n,
     "prefill_batches_without_graph": m}, or None where the log names none."""
     counts = {True: 0, False: 0}
-    try:
-        with open(log_path, errors="replace") as fh:
-            for line in fh:
-                if PREFILL_LINE not in line:
-                    continue
-                i = line.find(PREFILL_GRAPH)
-                if i < 0:
-                    continue
-                said = line[i + len(PREFILL_GRAPH):].split(",", 1)[0].strip()
-                if said in ("True", "False"):
-                    counts[said == "True"] += 1
-    except OSError:
-        return None
+    for line in lines_with(log_path, PREFILL_LINE) or []:
+        i = line.find(PREFILL_GRAPH)
+        said = line[i + len(PREFILL_GRAPH):].split(",", 1)[0].strip() if i >= 0 else ""
+        if said in ("True", "False"):
+            counts[said == "True"] += 1
     if not counts[True] and not counts[False]:
         return None
     return {"prefill_batches_with_graph": counts[True],
