@@ -58,6 +58,16 @@ def server_ports(start, used=()):
         port += 1
 
 
+def lines_with(log_path, needle):
+    """The lines of a log file that contain `needle`, in order, or None
+    where the file cannot be read."""
+    try:
+        with open(log_path, errors="replace") as fh:
+            return [line for line in fh if needle in line]
+    except OSError:
+        return None
+
+
 # patch 0008's start-up line: "sglpatch: <series>; per-step seq_lens host pull ..."
 SGLPATCH_LINE = "sglpatch: "
 
@@ -66,14 +76,9 @@ def sglpatch_line(log_path):
     """What a patched scheduler said at start about the series and the
     seq_lens host pull (the text after "sglpatch: " on rank 0's line), or
     None: unpatched, or a series without that line."""
-    try:
-        with open(log_path, errors="replace") as fh:
-            for line in fh:
-                i = line.find(SGLPATCH_LINE)
-                if i >= 0 and "seq_lens host pull" in line:
-                    return line[i + len(SGLPATCH_LINE):].strip()
-    except OSError:
-        pass
+    for line in lines_with(log_path, SGLPATCH_LINE) or []:
+        if "seq_lens host pull" in line:
+            return line[line.find(SGLPATCH_LINE) + len(SGLPATCH_LINE):].strip()
     return None
 
 
@@ -83,16 +88,6 @@ def sglpatch_line(log_path):
 # ("Prefill batch [N], ..." where it numbers the forwards)
 PREFILL_LINE = "Prefill batch"
 PREFILL_GRAPH = "cuda graph: "
-
-
-def lines_with(log_path, needle):
-    """The lines of a log file that contain `needle`, in order, or None
-    where the file cannot be read."""
-    try:
-        with open(log_path, errors="replace") as fh:
-            return [line for line in fh if needle in line]
-    except OSError:
-        return None
 
 
 def prefill_graph_counts(log_path):

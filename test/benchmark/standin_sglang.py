@@ -18,8 +18,9 @@ when the first streamed request arrives; FAKE_START_S, seconds before the
 server starts listening; FAKE_CAPTURE_S, then seconds between the log's
 "Capture cuda graph begin" and "end" lines (FAKE_NO_CAPTURE: no such lines,
 as with --disable-cuda-graph); FAKE_PREFILL_GRAPH, "True" or "False": each
-/generate logs sglang's prefill-batch line with that "cuda graph:". A request with a "regex" of the storm's
-grammar clients' shape, "(t4t5t6){20}", gets that sequence and EOS.
+/generate logs sglang's prefill-batch line with that "cuda graph:". A
+request with a "regex" of the storm's grammar clients' shape,
+"(t4t5t6){20}", gets that sequence and EOS.
 """
 
 import contextlib
