@@ -250,6 +250,11 @@ def build_parser():
                    help="worker: one process imports sglang.bench_serving once and runs "
                    "it as `-m` per point (saves ~10 s a point); process: a new "
                    "`python -m sglang.bench_serving` per point")
+    r.add_argument("--one-client", action="store_true",
+                   help="time every server with the first build's bench_serving "
+                   "instead of each build's own (a build of another sglang release "
+                   "brings another client: 0.5.17's parses streamed chunks with "
+                   "orjson); the results file's bench names that build as client")
     r.add_argument("--out-dir")
     r.add_argument("--work-dir")
     r.add_argument("--card", help="default: GPU name from nvidia-smi")

@@ -41,6 +41,7 @@ class RunOptions:
     seed: int = 1
     request_body: str | None = None  # a JSON object: bench_serving --extra-request-body
     bench_runner: str = "worker"  # "worker" | "process"
+    one_client: bool = False  # every server timed by the first build's bench_serving
     no_bench: bool = False
     # the greedy check
     greedy_prompts: int = 64

@@ -56,6 +56,7 @@ class Run:
         self.greedy_logprobs = {}  # greedy key -> top logprobs (--greedy-logprobs)
         self.greedy_logprob_errors = {}  # greedy key -> why its logprobs were not taken
         self.server_cpus = None  # --pin-cpus: a CPU set per server of a group
+        self.client = None  # --one-client: the member whose bench_serving times every server
         self.kept = keep.KeptServers(opts.work_dir, self.log)  # --keep-servers
         self.runner = BenchRunner(opts.bench_runner, self.log)
         self.log_file = open(os.path.join(opts.out_dir, "e2e-log.txt"), "a")
@@ -156,6 +157,8 @@ class Run:
                 "bench": {"input_len": self.opts.input_len, "output_len": self.opts.output_len,
                           "min_seconds": self.opts.min_seconds, "seed": self.opts.seed,
                           "dataset": "random-ids", "runner": self.runner.mode,
+                          # --one-client: the build whose bench_serving timed every server
+                          **({"client": self.client.var} if self.client else {}),
                           **({"request_body": json.loads(self.opts.request_body)}
                              if self.opts.request_body else {}),
                           "side_by_side": self.opts.side_by_side,
@@ -267,6 +270,8 @@ def cmd_run(opts: RunOptions):
         members += [Member(var, env, be, ov, spec, pw)
                     for be in opts.attention_backend for ov in opts.overlap
                     for spec, pw in settings(opts)]
+    if opts.one_client and members:
+        st.client = members[0]
     if opts.pin_cpus:
         st.server_cpus = pin_cpus(st.log, len(members) if opts.side_by_side else 1)
     fingerprint_members(st, opts, members, target, draft)
@@ -389,7 +394,7 @@ def serve_group(st, opts: RunOptions, group, target, draft, vocab):
                 start_gate(st, opts, m)
 
         if not opts.no_bench:
-            st.runner.prestart([m.env for m in group])
+            st.runner.prestart([client_env(st, m) for m in group])
 
         def keep_on_success(exc_type, exc, tb):
             # runs before the servers' own callbacks (last in, first out)
@@ -771,6 +776,15 @@ def profile_point(st, opts: RunOptions, m, c, with_stack, vocab):
     st.write()
 
 
+def client_env(st, m):
+    """The environment m's bench points run in: m's own, so its build's
+    bench_serving times it, or with --one-client the first build's, so one
+    client times every server and a difference between two builds'
+    clients (0.5.17's parses each streamed chunk with orjson, 0.5.12.post1's
+    with json) stays out of their ratio."""
+    return st.client.env if st.client else m.env
+
+
 def bench_point(st, opts: RunOptions, m, rep, c, target, vocab):
     srv = m.srv
     first = c not in m.nprompts  # this repeat checks the probe's count
@@ -784,7 +798,7 @@ def bench_point(st, opts: RunOptions, m, rep, c, target, vocab):
     out = os.path.join(opts.work_dir, f"bench-{m.tag}-c{c}-r{rep}.jsonl")
     if os.path.exists(out):
         os.remove(out)
-    sample, bcmd = run_bench(st.runner, srv, m.env, opts, target, c, m.nprompts[c], out)
+    sample, bcmd = run_bench(st.runner, srv, client_env(st, m), opts, target, c, m.nprompts[c], out)
     if not any("bench_serving" in x for x in st.commands):
         st.commands.append(bcmd)  # one example; the others differ in port/prompts
     dur = sample.get("duration_s") or 0
@@ -795,7 +809,8 @@ def bench_point(st, opts: RunOptions, m, rep, c, target, vocab):
         st.log(f"  {m.tag} rep {rep} c={c}: {dur:.1f}s < {opts.min_seconds:g}s, "
                f"again with {m.nprompts[c]} prompts")
         os.remove(out)
-        sample, _ = run_bench(st.runner, srv, m.env, opts, target, c, m.nprompts[c], out)
+        sample, _ = run_bench(st.runner, srv, client_env(st, m), opts, target, c,
+                              m.nprompts[c], out)
         m.nprompts[c] = sizing.grown(m.nprompts[c], c, sample.get("duration_s") or 0,
                                      opts.min_seconds)
     sample["rep"] = rep  # pairs it with the other builds' same repeat (results.paired_ratios)

@@ -290,6 +290,7 @@ BENCH_SERVING = textwrap.dedent('''
         with open(os.environ["FAKE_JOURNAL"], "a") as fh:
             fh.write(json.dumps({"t": time.time(), "port": port, "event": "bench",
                                  "concurrency": conc,
+                                 "site": os.environ["PYTHONPATH"].split(os.pathsep)[0],
                                  "body": (opt("--extra-request-body")
                                           if "--extra-request-body" in argv else None),
                                  "cpus": sorted(os.sched_getaffinity(0))}) + "\\n")
@@ -334,16 +335,25 @@ def make_site(tmp_path, token_map=False):
 
 
 def run_e2e(tmp_path, *extra, env=None, token_map=False,
-            variants=("base", "upstream-0.5.13")):
+            variants=("base", "upstream-0.5.13"), own_sites=()):
     """`e2e.py run` of the builds `variants` on the stand-in; returns the
-    journal's events and the results file."""
+    journal's events and the results file. The builds of `own_sites` each
+    get the stand-in site under a path of their own (a link to it), as
+    builds of different sites would."""
     site = make_site(tmp_path, token_map=token_map)
+
+    def site_of(variant):
+        if variant not in own_sites:
+            return site
+        link = tmp_path / f"site-{variant}"
+        link.symlink_to(site)
+        return str(link)
     journal = tmp_path / "journal.jsonl"
     env = dict(os.environ, FAKE_JOURNAL=str(journal), PYTHONPATH=site, **FAST_PACE, **(env or {}))
     out = tmp_path / "out"
     with port_block() as port_base:
         cmd = [sys.executable, E2E, "run",
-               *[x for v in variants for x in ("--variant", f"{v}={site}")],
+               *[x for v in variants for x in ("--variant", f"{v}={site_of(v)}")],
                "--preset", "tiny",
                "--speculative", "EAGLE3", "--piecewise", "default",
                "--concurrency", "1,4", "--repeats", "2", "--min-seconds", "0.5",

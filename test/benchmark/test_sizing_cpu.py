@@ -94,8 +94,9 @@ def test_bench_point_resizes_after_a_long_first_repeat(tmp_path, monkeypatch):
     monkeypatch.setattr(run, "run_bench", fake_bench)
     # the probe runs twice as fast as the bench: 800 prompts for 10 s
     monkeypatch.setattr(run, "probe_throughput", lambda *a, **k: 800 * 256 / 10 / 1.3)
-    st = types.SimpleNamespace(runner=None, commands=[], samples={}, log=lambda msg: None,
-                               write=lambda: None, time_left=lambda: 1000)
+    st = types.SimpleNamespace(runner=None, client=None, commands=[], samples={},
+                               log=lambda msg: None, write=lambda: None,
+                               time_left=lambda: 1000)
     opts = RunOptions(work_dir=str(tmp_path), min_seconds=10.0, output_len=256, input_len=256)
     m = types.SimpleNamespace(srv=types.SimpleNamespace(url="http://x"), nprompts={}, tag="t",
                               env={}, run_key=lambda c: ("t", c))
