@@ -708,6 +708,7 @@ JOINED = {
     "candidate-fa3-tree-graph-metadata-fused": "0021",
     "candidate-spec-v1-verify-indices-from-host": "0022",
     "candidate-fa3-tree-graph-metadata-fused+spec-v1-verify-indices-from-host": "0022",
+    "candidate-pcg-eagle-target-prefill": "0023",
 }
 
 
