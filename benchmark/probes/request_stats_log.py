@@ -41,7 +41,8 @@ import sys
 
 from decode_log import find_logs, run_probe  # what the log probes share
 
-STATS_LINE = re.compile(r"ReqTimeStats\(rid=[^,]*,.*?output_len=(\d+), type=(\w+)\): (.*)$")
+# later releases put more fields before type= (0.5.17: attempts=0)
+STATS_LINE = re.compile(r"ReqTimeStats\(rid=[^,]*,.*?output_len=(\d+),.*?type=(\w+)\): (.*)$")
 DURATION = re.compile(r"(\w+_duration)=(-?[0-9.]+)ms")
 # the order the stages come in; a field sglang adds later sorts after these
 ORDER = ("bootstrap_duration", "alloc_wait_duration", "prealloc_queue_duration",

@@ -61,6 +61,18 @@ def test_stages_per_server_in_their_order(tmp_path):
     assert every["durations"]["queue_duration"]["requests"] == 4
 
 
+def test_a_later_release_with_more_fields_before_the_type(tmp_path):
+    # upstream 0.5.17 writes attempts= between output_len= and type=
+    (tmp_path / "server-upstream-0.5.17-x.log").write_text(
+        "[2026-11-30 08:26:15] ReqTimeStats(rid=ef0c, input_len=256, cached_input_len=0, "
+        "output_len=256, attempts=0, type=unified): queue_duration=0.30ms, "
+        "forward_duration=970.28ms, entry_time=1796027174.056\n")
+    (server,) = request_stats_log.collect(str(tmp_path), output_len=256)["servers"]
+    assert server["types"] == ["unified"]
+    assert server["durations"]["queue_duration"]["median_ms"] == 0.3
+    assert server["durations"]["forward_duration"]["requests"] == 1
+
+
 def test_command_prints_a_table_and_writes_json(tmp_path, capsys):
     (tmp_path / "server-base-x.log").write_text(unified(1.5))
     out = tmp_path / "stats.json"
