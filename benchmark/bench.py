@@ -9,6 +9,7 @@ import sys
 import time
 
 import greedy
+import server_metrics
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -136,10 +137,13 @@ def run_bench(runner, srv, env, opts, target, conc, num_prompts, out_file):
     if body:
         argv += ["--extra-request-body", json.dumps(body, sort_keys=True)]
     srv.reset_spec_counters()  # accept length of this point only
+    metrics = server_metrics.wanted(opts.server_arg)
+    before = server_metrics.scrape(srv.port) if metrics else None
     t0 = time.time()
     rc = runner.run(argv, env, out_file[:-6] + ".log")
     if rc != 0:
         raise RuntimeError(f"bench_serving failed ({rc}); log {out_file[:-6]}.log")
+    after = server_metrics.scrape(srv.port) if metrics else None
     with open(out_file) as fh:
         rec = json.loads(fh.read().strip().splitlines()[-1])
     sample = {"tpot_ms": rec["median_tpot_ms"], "itl_ms": rec["median_itl_ms"],
@@ -152,4 +156,9 @@ def run_bench(runner, srv, env, opts, target, conc, num_prompts, out_file):
     for key, field in (("ttft_ms", "median_ttft_ms"), ("p99_itl_ms", "p99_itl_ms")):
         if rec.get(field) is not None:
             sample[key] = rec[field]
+    if metrics:
+        # the server's own split of the first-token time, beside the
+        # client's mean over the same requests (server_metrics.py)
+        sample["ttft_mean_ms"] = rec.get("mean_ttft_ms")
+        sample["server_ms"] = server_metrics.point_means(before, after)
     return sample, "python -m sglang.bench_serving " + " ".join(argv)

@@ -12,6 +12,7 @@ records a harness or a probe added, and the page must still show them.
 import json
 import os
 import re
+import statistics
 
 import results
 from trace_steps import KERNEL_MIN_STEPS
@@ -587,6 +588,49 @@ def greedy_title(data):
     return f"Greedy equivalence ({name} vs no speculation)"
 
 
+def first_token_columns(sample):
+    """One repeat's columns of the first-token table (None where its
+    server did not observe a stage)."""
+    m = sample["server_ms"]
+    stages = [m.get(k) for k in ("request_process", "queue", "prefill_forward")]
+    inside = sum(stages) if None not in stages else None
+    client, server = sample.get("ttft_mean_ms"), m.get("ttft")
+    return [client, server] + stages + [
+        client - server if None not in (client, server) else None,
+        server - inside if None not in (server, inside) else None, inside]
+
+
+def first_token_section(data):
+    """Where the first-token time went, for files whose servers served
+    their Prometheus histograms (benchmark/server_metrics.py): per point,
+    the medians over the repeats of the client's mean TTFT, the server's,
+    and the scheduler's stages, each a mean over the point's requests."""
+    rows = []
+    for r in sorted(data["runs"], key=point_order):
+        per_repeat = [first_token_columns(s) for s in r.get("samples", [])
+                      if s.get("server_ms")]
+        if not per_repeat:
+            continue
+        medians = []
+        for column in zip(*per_repeat):
+            values = [v for v in column if v is not None]
+            medians.append(round(statistics.median(values), 3) if values else None)
+        rows.append([setting(r), r["concurrency"]] + medians + [len(per_repeat)])
+    if not rows:
+        return []
+    header = ["setting", "c", "client TTFT", "server TTFT", "request_process", "queue",
+              "prefill_forward", "client − server", "server − scheduler",
+              "scheduler", "repeats"]
+    return ["## Where the first token went", "",
+            "Means in ms over each point's requests, median over its repeats: the "
+            "client's TTFT; the server's (`sglang:time_to_first_token_seconds`, the "
+            "tokenizer manager's receipt to its first output); the scheduler's "
+            "stages (receipt to the waiting queue, the queue, the prefill forward "
+            "to its result's processing) and their sum. Client − server is the HTTP "
+            "server and the client; server − scheduler is the tokenizer, the IPC "
+            "and the way back through the detokenizer.", "", table(header, rows)]
+
+
 def render(data, source):
     """The Markdown page of one results file (`source`: its repository path)."""
     results.validate(data)
@@ -601,6 +645,9 @@ def render(data, source):
         paired = paired_section(data)
         if paired:
             out += [""] + paired
+        first = first_token_section(data)
+        if first:
+            out += [""] + first
     for key, title in (("greedy_equivalence", greedy_title(data)),
                        ("greedy_runs", "Greedy outputs per server")):
         if data.get(key):
