@@ -28,7 +28,8 @@ from builds import apply_series, detect_card, ensure_models, load_fmap, parse_va
 from cpus import cpu_list, pin_cpus, rotated_place
 from options import RunOptions
 from server import (NCCL_PORT_DELTA, Server, move_group, prefill_graph_counts,
-                    server_command, server_ports, sglpatch_line)
+                    prefill_graphs_captured, server_command, server_ports,
+                    sglpatch_line)
 
 
 class Run:
@@ -478,10 +479,14 @@ def serve_group(st, opts: RunOptions, group, target, draft, vocab):
 
 def note_prefill_graphs(start, log_path):
     """Add to a server's start record how many of its prefill batches its
-    log says ran in a CUDA graph and how many without one."""
+    log says ran in a CUDA graph and how many without one, and whose
+    prefills (the EAGLE target's, the draft's) it captured graphs for."""
     counts = prefill_graph_counts(log_path)
     if counts:
         start.update(counts)
+    captured = prefill_graphs_captured(log_path)
+    if captured:
+        start["prefill_graphs"] = ", ".join(captured)
 
 
 def place_group(st, m, cpus):

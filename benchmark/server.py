@@ -106,6 +106,27 @@ def prefill_graph_counts(log_path):
             "prefill_batches_without_graph": counts[False]}
 
 
+# which models' prefills a server captured CUDA graphs for, as its start says:
+# the series (0023, and the trial pcg-eagle-draft-prefill) in the piecewise
+# runner's words, upstream releases from 0.5.17 in their capture lines
+PREFILL_GRAPH_ROLES = (
+    ("target", ("Piecewise CUDA graph serves the EAGLE target's prefill",
+                "Capture target prefill CUDA graph begin")),
+    ("draft", ("Piecewise CUDA graph serves the EAGLE3 draft's prefill",
+               "Capture draft prefill CUDA graph begin")),
+)
+
+
+def prefill_graphs_captured(log_path):
+    """["target"], ["target", "draft"], ...: the EAGLE models whose prefill
+    the server's log says it captured graphs for, or None where it names
+    none (an EAGLE target of 0.5.12.post1 captures with the wrong hidden
+    states mode and serves none)."""
+    roles = [role for role, needles in PREFILL_GRAPH_ROLES
+             if any(lines_with(log_path, needle) for needle in needles)]
+    return roles or None
+
+
 def http_json(url, payload=None, timeout=600):
     data = None if payload is None else json.dumps(payload).encode()
     req = urllib.request.Request(url, data=data,

@@ -13,7 +13,8 @@ import pytest
 from standin_sglang import E2E, make_site, port_block
 
 sys.path.insert(0, os.path.dirname(E2E))
-from server import Server, free_port, prefill_graph_counts  # noqa: E402
+from server import (Server, free_port, prefill_graph_counts,  # noqa: E402
+                    prefill_graphs_captured)
 
 
 @pytest.fixture
@@ -92,3 +93,22 @@ def test_prefill_graph_counts_read_sglangs_prefill_lines(tmp_path):
     log.write_text("[2026-11-30 05:08:00] Capture cuda graph begin.\n")
     assert prefill_graph_counts(str(log)) is None
     assert prefill_graph_counts(str(tmp_path / "missing.log")) is None
+
+
+def test_prefill_graphs_captured_read_each_builds_start(tmp_path):
+    log = tmp_path / "server.log"
+    # the series with the trial patch: the piecewise runner's own lines
+    log.write_text("[2026-11-30 08:25:36] Piecewise CUDA graph serves the EAGLE target's prefill\n"
+                   "[2026-11-30 08:26:20] Piecewise CUDA graph serves the EAGLE3 draft's prefill\n")
+    assert prefill_graphs_captured(str(log)) == ["target", "draft"]
+    # upstream 0.5.17's capture lines
+    log.write_text("[2026-11-30 08:24:45] Capture target prefill CUDA graph begin. backend=breakable\n"
+                   "[2026-11-30 08:24:58] Capture draft prefill CUDA graph begin. backend=breakable\n")
+    assert prefill_graphs_captured(str(log)) == ["target", "draft"]
+    # the series (0023) alone
+    log.write_text("[2026-11-30 08:25:36] Piecewise CUDA graph serves the EAGLE target's prefill\n")
+    assert prefill_graphs_captured(str(log)) == ["target"]
+    # base: the piecewise graphs are captured, for no EAGLE prefill
+    log.write_text("[2026-11-30 08:25:36] Capture piecewise CUDA graph begin. avail mem=65 GB\n")
+    assert prefill_graphs_captured(str(log)) is None
+    assert prefill_graphs_captured(str(tmp_path / "missing.log")) is None
