@@ -58,12 +58,12 @@ def server_ports(start, used=()):
         port += 1
 
 
-def lines_with(log_path, needle):
-    """The lines of a log file that contain `needle`, in order, or None
-    where the file cannot be read."""
+def lines_with(log_path, *needles):
+    """The lines of a log file that contain any of `needles`, in order, or
+    None where the file cannot be read."""
     try:
         with open(log_path, errors="replace") as fh:
-            return [line for line in fh if needle in line]
+            return [line for line in fh if any(n in line for n in needles)]
     except OSError:
         return None
 
@@ -122,8 +122,9 @@ def prefill_graphs_captured(log_path):
     the server's log says it captured graphs for, or None where it names
     none (an EAGLE target of 0.5.12.post1 captures with the wrong hidden
     states mode and serves none)."""
+    found = lines_with(log_path, *(n for _, needles in PREFILL_GRAPH_ROLES for n in needles))
     roles = [role for role, needles in PREFILL_GRAPH_ROLES
-             if any(lines_with(log_path, needle) for needle in needles)]
+             if any(n in line for line in found or [] for n in needles)]
     return roles or None
 
 
