@@ -138,12 +138,12 @@ def run_bench(runner, srv, env, opts, target, conc, num_prompts, out_file):
         argv += ["--extra-request-body", json.dumps(body, sort_keys=True)]
     srv.reset_spec_counters()  # accept length of this point only
     metrics = server_metrics.wanted(opts.server_arg)
-    before = server_metrics.scrape(srv.port) if metrics else None
+    before = server_metrics.scrape(srv.url) if metrics else None
     t0 = time.time()
     rc = runner.run(argv, env, out_file[:-6] + ".log")
     if rc != 0:
         raise RuntimeError(f"bench_serving failed ({rc}); log {out_file[:-6]}.log")
-    after = server_metrics.scrape(srv.port) if metrics else None
+    after = server_metrics.scrape(srv.url) if metrics else None
     with open(out_file) as fh:
         rec = json.loads(fh.read().strip().splitlines()[-1])
     sample = {"tpot_ms": rec["median_tpot_ms"], "itl_ms": rec["median_itl_ms"],

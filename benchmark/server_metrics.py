@@ -53,9 +53,9 @@ def parse(text):
     return out
 
 
-def scrape(port, timeout=10):
-    """parse() of the server's /metrics."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=timeout) as r:
+def scrape(url, timeout=10):
+    """parse() of the /metrics of the server at `url` (Server.url)."""
+    with urllib.request.urlopen(url + "/metrics", timeout=timeout) as r:
         return parse(r.read().decode("utf-8", "replace"))
 
 

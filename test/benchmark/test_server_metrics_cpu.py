@@ -85,6 +85,7 @@ class _Metrics(http.server.BaseHTTPRequestHandler):
 class _Server:
     def __init__(self, port):
         self.port = port
+        self.url = f"http://127.0.0.1:{port}"
 
     def reset_spec_counters(self):
         pass
