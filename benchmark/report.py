@@ -212,16 +212,23 @@ def paired_section(data):
     for upstream in results.upstreams(data):
         version = upstream.split("-", 1)[1]
         out += reference_section(
-            data, upstream, lambda v: v.startswith("patched"), f"Patched over upstream {version}",
+            data, upstream, beside_upstream, f"Patched over upstream {version}",
             f"The same pairing with upstream sglang {version}'s server, measured in the same "
-            "repeats, in place of base: below 1.00 the patched build decoded faster than "
-            "upstream's.", f"upstream {version}")
+            "repeats, in place of base: below 1.00 the patched build (or the patched build "
+            "with a trial patch) decoded faster than upstream's.", f"upstream {version}")
     ttft = results.paired_ratios(data, metric="ttft_ms")
     if ttft:
         out += ["", "### First-token time over base's", "",
                 "The same pairing for bench_serving's median TTFT of each repeat: above "
                 "1.00 the build gave its requests their first token later than base.", "",
                 table(paired_header("base", False, "TTFT"), paired_rows(ttft, False))]
+    for upstream in results.upstreams(data):
+        version = upstream.split("-", 1)[1]
+        out += reference_section(
+            data, upstream, beside_upstream, f"First-token time over upstream {version}'s",
+            "The same pairing for bench_serving's median TTFT of each repeat: above 1.00 "
+            f"the build gave its requests their first token later than {version}'s.",
+            f"upstream {version}", metric="ttft_ms")
     out += reference_section(
         data, "patched", results.over_patched,
         "Trial patches over the patched build",
@@ -239,14 +246,23 @@ def paired_section(data):
     return out
 
 
-def reference_section(data, reference, wanted, title, text, name):
+def beside_upstream(variant):
+    """The builds a page sets beside an upstream release: the patched build,
+    its A/A copy and the patched build with trial patches."""
+    return variant.startswith("patched") or results.over_patched(variant)
+
+
+def reference_section(data, reference, wanted, title, text, name, metric="tpot_ms"):
     """A paired table of the builds `wanted` (by variant name) over
-    `reference`'s server in the same repeats; nothing where none ran."""
-    pairs = [e for e in results.paired_ratios(data, base=reference) if wanted(e["variant"])]
+    `reference`'s server in the same repeats, for TPOT or `metric` (a
+    sample's field); nothing where none ran."""
+    pairs = [e for e in results.paired_ratios(data, base=reference, metric=metric)
+             if wanted(e["variant"])]
     if not pairs:
         return []
+    what = "TTFT" if metric == "ttft_ms" else "TPOT"
     return ["", f"### {title}", "", text, "",
-            table(paired_header(name, False), paired_rows(pairs, False))]
+            table(paired_header(name, False, what), paired_rows(pairs, False))]
 
 
 PROFILE_COLUMNS = (

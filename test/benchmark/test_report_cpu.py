@@ -204,6 +204,35 @@ def test_page_pairs_patched_with_upstream_when_upstream_ran_beside_it():
     assert "### Patched over upstream" not in report.render(data, "x.json")
 
 
+def test_page_pairs_trial_patches_and_first_tokens_with_upstream():
+    runs = [_point("base", [2.0, 2.0], [0, 1]), _point("patched", [1.8, 2.2], [0, 1]),
+            _point("candidate-x", [1.6, 2.4], [0, 1]), _point("upstream-0.5.17", [2.0, 2.0], [0, 1])]
+    for run, ttfts in zip(runs, ([20.0, 20.0], [22.0, 24.0], [20.0, 21.0], [20.0, 20.0])):
+        for sample, ttft in zip(run["samples"], ttfts):
+            sample["ttft_ms"] = ttft
+    data = {"card": "GPU", "date": "2026-11-30", "model_preset": "small",
+            "bench": {"side_by_side": True}, "greedy_equivalence": [], "runs": runs}
+    page = report.render(data, "x.json")
+    tpot = page.split("### Patched over upstream 0.5.17", 1)[1].split("\n### ", 1)[0]
+    # the trial patch's server is a row beside the patched build's: 0.80 and 1.20
+    assert "| patched EAGLE3 triton pcg tp2 | 8 | 0.90 / 1.10 |" in tpot
+    assert "| candidate-x EAGLE3 triton pcg tp2 | 8 | 0.80 / 1.20 |" in tpot
+    assert "| base " not in tpot
+    ttft = page.split("### First-token time over upstream 0.5.17's", 1)[1].split("\n### ", 1)[0]
+    assert "| TTFT / upstream 0.5.17's, per repeat |" in ttft
+    assert "| patched EAGLE3 triton pcg tp2 | 8 | 1.10 / 1.20 |" in ttft
+    assert "| candidate-x EAGLE3 triton pcg tp2 | 8 | 1.00 / 1.05 |" in ttft
+    assert "| base " not in ttft
+    # it comes after the first-token times over base's
+    assert page.index("### First-token time over base's") \
+        < page.index("### First-token time over upstream 0.5.17's")
+    # without first-token times there is no such table
+    for run in runs:
+        for sample in run["samples"]:
+            del sample["ttft_ms"]
+    assert "### First-token time over upstream" not in report.render(data, "x.json")
+
+
 def test_page_pairs_patched_with_each_upstream_release_that_ran():
     data = {"card": "GPU", "date": "2026-11-28", "model_preset": "small",
             "bench": {"side_by_side": True}, "greedy_equivalence": [],
