@@ -238,6 +238,12 @@ def paired_section(data):
         "patched-again, a second server of the patched build, shows what the "
         "servers' places alone make of one build.", "patched")
     out += reference_section(
+        data, "patched", results.over_patched,
+        "First-token time of trial patches over the patched build",
+        "The same pairing for bench_serving's median TTFT of each repeat: above 1.00 "
+        "the trial patch gave its requests their first token later than the patched "
+        "build.", "patched", metric="ttft_ms")
+    out += reference_section(
         data, results.BASE_AGAIN, lambda v: v != "base", "Builds over base-again",
         "The same pairing with the A/A control's server (a second server of base's own "
         "site, on another CPU set and turn) in place of base: where a build's ratio "

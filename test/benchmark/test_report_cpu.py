@@ -168,6 +168,29 @@ def test_page_pairs_a_trial_patch_with_the_whole_series():
     assert "### Trial patches" not in report.render(data, "x.json")
 
 
+def test_page_pairs_trial_patches_first_tokens_with_the_patched_build():
+    runs = [_point("base", [2.0, 2.0], [0, 1]), _point("patched", [1.8, 2.2], [0, 1]),
+            _point("candidate-x", [1.6, 2.4], [0, 1])]
+    for run, ttfts in zip(runs, ([20.0, 20.0], [20.0, 25.0], [18.0, 30.0])):
+        for sample, ttft in zip(run["samples"], ttfts):
+            sample["ttft_ms"] = ttft
+    data = {"card": "GPU", "date": "2026-11-30", "model_preset": "small",
+            "bench": {"side_by_side": True}, "greedy_equivalence": [], "runs": runs}
+    page = report.render(data, "x.json")
+    section = page.split("### First-token time of trial patches over the patched build",
+                         1)[1].split("\n### ", 1)[0]
+    # candidate / patched per repeat: 0.90 and 1.20; patched is not a row of it
+    assert "| TTFT / patched's, per repeat |" in section
+    assert "| candidate-x EAGLE3 triton pcg tp2 | 8 | 0.90 / 1.20 |" in section
+    assert "| patched EAGLE3" not in section and "| base " not in section
+    # it follows the TPOT table of the same pairing
+    assert page.index("### Trial patches over the patched build") \
+        < page.index("### First-token time of trial patches over the patched build")
+    # without a trial patch there is no such table
+    data["runs"] = runs[:2]
+    assert "### First-token time of trial" not in report.render(data, "x.json")
+
+
 def test_page_pairs_every_build_with_base_again_when_the_control_ran():
     data = {"card": "GPU", "date": "2026-11-29", "model_preset": "small",
             "bench": {"side_by_side": True, "turn": "alternating"}, "greedy_equivalence": [],
