@@ -319,6 +319,24 @@ def busy_over(p, forward_us):
     return busy / forward_us if forward_us and busy is not None else None
 
 
+# trace_steps' smallest gap bucket: a shorter gap is a boundary between
+# kernels the GPU already held (a CUDA graph's nodes, launches queued back to
+# back); a host that launches late leaves longer ones
+BOUNDARY_GAP_US = 5
+
+
+def boundary_idle_us(p):
+    """A trace's GPU idle per forward in gaps shorter than BOUNDARY_GAP_US:
+    the idle the build keeps with no wait for its host at all. None for a
+    trace without gap buckets."""
+    idle = p.get("gpu_idle_us_per_step")
+    longer = ((p.get("idle_gaps") or {}).get(f">={BOUNDARY_GAP_US}us") or {}).get(
+        "idle_us_per_step")
+    if idle is None or longer is None:
+        return None
+    return round(max(0.0, idle - longer), 1)
+
+
 def idle_percent(busy_share):
     """100 × (1 − a busy share), to a tenth: the GPU's idle share in percent."""
     return None if busy_share is None else round(100 * (1 - busy_share), 1)
@@ -961,7 +979,9 @@ def idle_table(setting, results_dir, link_dir):
     each GPU-only trace of the setting's files that the bench timed too
     (`bench_forward_us`), with the patches its server ran, and its GPU busy
     time over base's bench-timed forward: the TPOT ratio to base the build
-    would have with no GPU idle at all."""
+    would have with no GPU idle at all. Where the trace has gap buckets, also
+    its idle in gaps shorter than BOUNDARY_GAP_US and the ratio with that
+    idle kept: the build's with no wait for its host."""
     rows = []
     for path, patches, _ in entries(setting, results_dir):
         with open(path) as fh:
@@ -972,18 +992,23 @@ def idle_table(setting, results_dir, link_dir):
             forward = bench_forward_us(data, p)
             if forward is None:
                 continue
-            floor = busy_over(p, bench_forward_us(data, p, "base"))
+            base_forward = bench_forward_us(data, p, "base")
+            floor = busy_over(p, base_forward)
+            boundaries = boundary_idle_us(p)
+            with_boundaries = (None if boundaries is None or not base_forward else round(
+                ((p.get("gpu_busy_us_per_step") or 0) + boundaries) / base_forward, 3))
             rows.append([f"[{name}]({link_dir}/{name}.md)", data["card"],
                          data.get("model_preset"), p.get("attention_backend"),
                          p.get("spec_params") or ("chain (topk 1)" if p.get("speculative")
                                                           in ("EAGLE3", "EAGLE") else None),
                          labels.get(p["variant"], p["variant"]), forward,
                          round(p.get("gpu_busy_us_per_step") or 0, 1),
-                         idle_percent(busy_over(p, forward)),
-                         None if floor is None else round(floor, 3)])
+                         idle_percent(busy_over(p, forward)), boundaries,
+                         None if floor is None else round(floor, 3), with_boundaries])
     return table(["results", "card", "model", "attention backend", "EAGLE tree (steps/topk/tokens)",
                   "build", "bench forward µs", "GPU busy µs", "GPU idle %",
-                  "GPU busy / base's forward"], rows)
+                  f"idle µs in gaps < {BOUNDARY_GAP_US} µs", "GPU busy / base's forward",
+                  f"(GPU busy + gaps < {BOUNDARY_GAP_US} µs) / base's forward"], rows)
 
 
 def reproduction(setting, results_dir):

@@ -662,6 +662,28 @@ def test_bench_times_the_forward_of_a_gpu_trace_at_concurrency_1_and_tp_1():
                                    dict(trace, speculative="none")) == 2000.0
 
 
+def test_idle_table_splits_off_the_idle_between_queued_kernels(tmp_path):
+    profiles = [_profile("base", False), _profile("patched", False)]
+    # of 3000 us idle per forward, base's gaps of 5 us and longer hold 2900
+    # and patched's 2700: 100 and 300 us lie between kernels already queued
+    for p, longer in zip(profiles, (2900.0, 2700.0)):
+        p["idle_gaps"] = {">=5us": {"gaps_per_step": 10.0, "idle_us_per_step": longer},
+                          ">=20us": {"gaps_per_step": 5.0, "idle_us_per_step": longer - 50}}
+    data = _side_by_side(profiles=profiles)
+    setting = _current(tmp_path, data, kind="idle")["settings"][0]
+    table = report.idle_table(setting, str(tmp_path), "r").splitlines()
+    assert table[0].endswith("| GPU idle % | idle µs in gaps < 5 µs | GPU busy / base's forward "
+                             "| (GPU busy + gaps < 5 µs) / base's forward |")
+    # base's forward 5800 us: (1000 + 100) / 5800 and (1000 + 300) / 5800
+    assert table[2].endswith("| 5800.0 | 1000.0 | 82.8 | 100.0 | 0.172 | 0.19 |")
+    assert table[3].endswith("| 4350.0 | 1000.0 | 77.0 | 300.0 | 0.172 | 0.224 |")
+    # a trace without gap buckets has neither column
+    for p in profiles:
+        del p["idle_gaps"]
+    setting = _current(tmp_path, data, kind="idle")["settings"][0]
+    assert "gaps < 5" not in report.idle_table(setting, str(tmp_path), "r")
+
+
 def test_idle_table_gives_each_timed_trace_with_the_build_it_ran(tmp_path):
     data = _side_by_side(profiles=[_profile("base", False), _profile("patched", False),
                                    _profile("patched", True)])
